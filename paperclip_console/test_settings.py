@@ -1,0 +1,29 @@
+"""Settings for the test suite: PostgreSQL (row locks, SKIP LOCKED and CHECK
+constraints behave differently on SQLite), fast hashing, throwaway storage."""
+
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/paperclip_console")
+os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
+
+from paperclip_console.settings import *  # noqa: F403
+from paperclip_console.settings import STORAGES
+
+SECURE_SSL_REDIRECT = False
+SESSION_COOKIE_SECURE = False
+CSRF_COOKIE_SECURE = False
+SECURE_HSTS_SECONDS = 0
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES = {
+    **STORAGES,
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+_scratch = Path(tempfile.mkdtemp(prefix="paperclip-console-tests-"))
+MEDIA_ROOT = _scratch / "media"
+LOCAL_SANDBOX_ROOT = _scratch / "sandboxes"
+STATIC_ROOT = _scratch / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+WHITENOISE_USE_FINDERS = True

@@ -1,0 +1,45 @@
+"""Bearer-token authentication for the machine API."""
+
+from functools import wraps
+
+from django.http import JsonResponse
+from django.utils import timezone
+
+from sandboxes.models import ApiToken
+
+
+def _bearer(request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def token_required(scope: str):
+    """Authenticate `Authorization: Bearer <token>` and require `scope`.
+
+    401 for a missing or unknown token, 403 for a token of another scope.
+    """
+
+    def decorator(view):
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            raw = _bearer(request)
+            token = ApiToken.authenticate(raw) if raw else None
+            if token is None:
+                response = JsonResponse({"error": "missing or invalid bearer token"}, status=401)
+                response["WWW-Authenticate"] = 'Bearer realm="paperclip-console"'
+                return response
+            if token.scope != scope:
+                return JsonResponse(
+                    {"error": f"this token's scope is {token.scope!r}; {scope!r} is required"},
+                    status=403,
+                )
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+            request.api_token = token
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator

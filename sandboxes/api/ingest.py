@@ -1,0 +1,59 @@
+"""POST /api/v1/events — Paperclip runtimes push their rows here (DOMAIN §4.1)."""
+
+import json
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from sandboxes.ingest import apply_events, validate_batch
+from sandboxes.ingest.apply import BatchRejected
+from sandboxes.models.choices import TokenScope
+
+from .auth import token_required
+
+
+def _error(status: int, message: str, path: str = "(body)") -> JsonResponse:
+    return JsonResponse(
+        {"errors": [{"index": None, "path": path, "message": message}]}, status=status
+    )
+
+
+@csrf_exempt  # machine clients authenticate with a bearer token, not a session
+@require_POST
+@token_required(TokenScope.INGEST)
+def events(request):
+    content_type = request.content_type or ""
+    if content_type != "application/json":
+        return _error(415, f"Content-Type must be application/json, not {content_type!r}")
+    try:
+        declared = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        declared = 0
+    if declared > settings.INGEST_MAX_BYTES:
+        return _error(413, f"body is larger than {settings.INGEST_MAX_BYTES} bytes")
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        body = b"x" * (settings.INGEST_MAX_BYTES + 1)
+    if len(body) > settings.INGEST_MAX_BYTES:
+        return _error(413, f"body is larger than {settings.INGEST_MAX_BYTES} bytes")
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _error(400, f"body is not valid JSON: {exc}")
+
+    raw_events = payload.get("events") if isinstance(payload, dict) else None
+    if isinstance(raw_events, list) and len(raw_events) > settings.INGEST_MAX_EVENTS:
+        return _error(413, f"at most {settings.INGEST_MAX_EVENTS} events per batch", "events")
+
+    batch, errors = validate_batch(payload, max_events=settings.INGEST_MAX_EVENTS)
+    if errors:
+        return JsonResponse({"errors": [e.as_dict() for e in errors]}, status=400)
+    try:
+        result = apply_events(f"token:{request.api_token.pk}", batch)
+    except BatchRejected as rejected:
+        return JsonResponse({"errors": [e.as_dict() for e in rejected.errors]}, status=400)
+    return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})

@@ -1,0 +1,6 @@
+"""Ingest of Paperclip events (DOMAIN §4.1): validation, then an all-or-nothing apply."""
+
+from .apply import BatchResult, apply_events
+from .schemas import EventError, validate_batch
+
+__all__ = ["BatchResult", "EventError", "apply_events", "validate_batch"]

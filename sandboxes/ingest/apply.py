@@ -1,0 +1,352 @@
+"""Applies a validated batch in one transaction with a fixed number of queries.
+
+Events are applied in order to in-memory rows: every row the batch names is
+loaded once (locked on PostgreSQL), rows named before their own upsert are
+created as placeholders, and each model is written back with one upsert.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+from uuid import UUID
+
+from django.db import IntegrityError, connection, models, transaction
+
+from sandboxes.models import (
+    Environment,
+    EnvironmentLease,
+    ExecutionWorkspace,
+    HeartbeatRun,
+    IngestedEvent,
+    Issue,
+    LeaseIntent,
+    PendingExport,
+    Receipt,
+    RecoveryAction,
+)
+from sandboxes.models.choices import RECEIPT_SCHEMAS, ReceiptKind, TerminationState
+from sandboxes.release import release_outcome
+
+from . import schemas as s
+from .schemas import Event, EventError
+
+# Which model each id field of each event names.
+_REFERENCES: dict[str, type[models.Model]] = {
+    "environment_id": Environment,
+    "issue_id": Issue,
+    "bound_workspace_id": ExecutionWorkspace,
+    "workspace_id": ExecutionWorkspace,
+    "writer_run_id": HeartbeatRun,
+    "run_id": HeartbeatRun,
+    "lease_id": EnvironmentLease,
+    "intent_id": LeaseIntent,
+    "export_id": PendingExport,
+    "action_id": RecoveryAction,
+}
+
+# Columns a placeholder needs to satisfy NOT NULL and CHECK constraints.
+_PLACEHOLDER_DEFAULTS = {
+    Environment: lambda pk: {"name": f"environment {pk}"},
+    EnvironmentLease: lambda pk: {
+        "status": "active",
+        "lease_policy": "ephemeral",
+        "provider": "local",
+    },
+}
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    accepted: int
+    duplicates: int
+
+
+class BatchRejected(Exception):
+    def __init__(self, errors: list[EventError]):
+        super().__init__(f"{len(errors)} error(s)")
+        self.errors = errors
+
+
+class _UnitOfWork:
+    def __init__(self):
+        self.rows: dict[type, dict[UUID, models.Model]] = defaultdict(dict)
+        self.new: dict[type, set[UUID]] = defaultdict(set)
+        self.dirty: dict[type, set[UUID]] = defaultdict(set)
+        self.receipts: list[Receipt] = []
+
+    def load(self, wanted: dict[type, set[UUID]]) -> None:
+        lock = connection.features.has_select_for_update
+        for model, ids in wanted.items():
+            if model in (LeaseIntent, PendingExport, RecoveryAction) and not ids:
+                continue
+            qs = model.objects.filter(pk__in=ids)
+            if lock:
+                qs = qs.select_for_update()
+            self.rows[model].update({row.pk: row for row in qs})
+
+    def get(self, model, pk: UUID, *, for_upsert: bool = False) -> models.Model:
+        """The row with this id; a placeholder if the batch or database has none."""
+        row = self.rows[model].get(pk)
+        if row is None:
+            defaults = _PLACEHOLDER_DEFAULTS.get(model, lambda _pk: {})(pk)
+            row = model(pk=pk, placeholder=True, **defaults)
+            self.rows[model][pk] = row
+            self.new[model].add(pk)
+        if for_upsert:
+            row.placeholder = False
+            self.dirty[model].add(pk)
+        return row
+
+    def peek(self, model, pk: UUID):
+        return self.rows[model].get(pk)
+
+    def touch(self, model, pk: UUID) -> None:
+        self.dirty[model].add(pk)
+
+    def flush(self) -> None:
+        for model in list(self.rows):
+            changed = [self.rows[model][pk] for pk in self.dirty[model] | self.new[model]]
+            if not changed:
+                continue
+            fields = [
+                f.name
+                for f in model._meta.concrete_fields
+                if not f.primary_key and f.name != "created_at"
+            ]
+            # Upsert: a concurrent batch may have inserted the same id since we
+            # looked; last writer wins, which is what "upserted" means.
+            model.objects.bulk_create(
+                changed,
+                batch_size=500,
+                update_conflicts=True,
+                unique_fields=["id"],
+                update_fields=fields,
+            )
+        if self.receipts:
+            Receipt.objects.bulk_create(self.receipts, batch_size=500, ignore_conflicts=True)
+
+
+def _assign(row, data: s.Data, mapping: dict[str, str]) -> None:
+    """Copy the fields the event carries (absent optional fields keep their value)."""
+    for source, target in mapping.items():
+        if source in data.model_fields_set:
+            setattr(row, target, getattr(data, source))
+
+
+def _apply(uow: _UnitOfWork, event: Event) -> None:
+    d = event.data
+    match d:
+        case s.EnvironmentUpserted():
+            env = uow.get(Environment, d.environment_id, for_upsert=True)
+            env.name, env.provider = d.name, d.provider
+            _assign(
+                env,
+                d,
+                {
+                    "driver": "driver",
+                    "retirement_mode": "retirement_mode",
+                    "max_retirements_per_pass": "max_retirements_per_pass",
+                    "workspace_root": "workspace_root",
+                },
+            )
+            if d.warm_retention_hours is not None:
+                env.warm_retention = timedelta(hours=d.warm_retention_hours)
+            for field in (
+                "driver",
+                "retirement_mode",
+                "max_retirements_per_pass",
+                "workspace_root",
+            ):
+                if getattr(env, field) is None:
+                    setattr(env, field, Environment._meta.get_field(field).get_default())
+        case s.IssueUpserted():
+            issue = uow.get(Issue, d.issue_id, for_upsert=True)
+            issue.status = d.status
+            _assign(issue, d, {"key": "key", "title": "title"})
+            issue.key = issue.key or ""
+            issue.title = issue.title or ""
+            if "bound_workspace_id" in d.model_fields_set:
+                issue.bound_workspace = (
+                    uow.get(ExecutionWorkspace, d.bound_workspace_id)
+                    if d.bound_workspace_id
+                    else None
+                )
+        case s.WorkspaceUpserted():
+            ws = uow.get(ExecutionWorkspace, d.workspace_id, for_upsert=True)
+            ws.issue = uow.get(Issue, d.issue_id)
+            ws.save_state = d.save_state
+            _assign(ws, d, {"saved_at": "saved_at", "final_checkpoint_at": "final_checkpoint_at"})
+            if d.saved_manifest is not None:
+                ws.saved_manifest = {p: e.model_dump() for p, e in d.saved_manifest.items()}
+            if "writer_run_id" in d.model_fields_set:
+                ws.writer_run = uow.get(HeartbeatRun, d.writer_run_id) if d.writer_run_id else None
+        case s.RunUpserted():
+            run = uow.get(HeartbeatRun, d.run_id, for_upsert=True)
+            run.issue = uow.get(Issue, d.issue_id)
+            run.status = d.status
+            _assign(run, d, {"started_at": "started_at", "finished_at": "finished_at"})
+        case s.LeaseUpserted():
+            lease = uow.get(EnvironmentLease, d.lease_id, for_upsert=True)
+            lease.environment = uow.get(Environment, d.environment_id)
+            for field in ("provider", "provider_lease_id", "status", "lease_policy", "acquired_at"):
+                setattr(lease, field, getattr(d, field))
+            for source, model, target in (
+                ("issue_id", Issue, "issue"),
+                ("workspace_id", ExecutionWorkspace, "execution_workspace"),
+                ("run_id", HeartbeatRun, "heartbeat_run"),
+            ):
+                if source in d.model_fields_set:
+                    pk = getattr(d, source)
+                    setattr(lease, target, uow.get(model, pk) if pk else None)
+            _assign(
+                lease,
+                d,
+                {
+                    "released_at": "released_at",
+                    "expires_at": "expires_at",
+                    "last_used_at": "last_used_at",
+                    "cleanup_status": "cleanup_status",
+                    "disposition": "disposition",
+                },
+            )
+            if "failure_reason" in d.model_fields_set:
+                lease.failure_reason = d.failure_reason or ""
+            if "metadata" in d.model_fields_set:
+                lease.metadata = d.metadata or {}
+        case s.LeaseReleased():
+            lease = uow.get(EnvironmentLease, d.lease_id)
+            run = uow.peek(HeartbeatRun, lease.heartbeat_run_id) if lease.heartbeat_run_id else None
+            run_status = None if run is None or run.placeholder else run.status
+            lease.disposition, lease.status = release_outcome(
+                d.disposition, run_status, lease.lease_policy
+            )
+            lease.released_at = event.occurred_at
+            uow.touch(EnvironmentLease, lease.pk)
+        case s.ReceiptRecorded():
+            lease = uow.get(EnvironmentLease, d.lease_id)
+            run = uow.get(HeartbeatRun, d.run_id)
+            kind = ReceiptKind(d.kind)
+            state = d.state or TerminationState.STOPPED
+            uow.receipts.append(
+                Receipt(
+                    kind=kind,
+                    lease_id=lease.pk,
+                    run_id=run.pk,
+                    provider_lease_id=d.provider_lease_id,
+                    state=state,
+                    schema=RECEIPT_SCHEMAS[kind],
+                    confirmed_at=d.confirmed_at,
+                    request_id=d.request_id or event.id,
+                    payload=d.model_dump(mode="json") | {"event_id": event.id},
+                    actor="paperclip",
+                )
+            )
+        case s.IntentUpserted():
+            intent = uow.get(LeaseIntent, d.intent_id, for_upsert=True)
+            intent.lease = uow.get(EnvironmentLease, d.lease_id)
+            intent.kind, intent.state = d.kind, d.state
+            intent.request_id = intent.request_id or event.id
+        case s.ExportUpserted():
+            export = uow.get(PendingExport, d.export_id, for_upsert=True)
+            export.lease = uow.get(EnvironmentLease, d.lease_id)
+            export.state = d.state
+        case s.RecoveryActionUpserted():
+            action = uow.get(RecoveryAction, d.action_id, for_upsert=True)
+            action.source_issue = uow.get(Issue, d.issue_id)
+            action.kind, action.status = d.kind, d.status
+            if "outcome" in d.model_fields_set:
+                action.outcome = d.outcome or ""
+            if "lease_id" in d.model_fields_set:
+                action.lease = uow.get(EnvironmentLease, d.lease_id) if d.lease_id else None
+            if d.evidence is not None:
+                action.evidence = d.evidence
+            if action.lease_id and "leaseId" not in (action.evidence or {}):
+                action.evidence = {**(action.evidence or {}), "leaseId": str(action.lease_id)}
+        case _:  # pragma: no cover - validate_batch admits only known types
+            raise TypeError(f"unhandled event {event.type}")
+
+
+def _referenced_ids(events: list[Event]) -> dict[type, set[UUID]]:
+    wanted: dict[type, set[UUID]] = defaultdict(set)
+    for event in events:
+        for field, model in _REFERENCES.items():
+            value = getattr(event.data, field, None)
+            if value is not None:
+                wanted[model].add(value)
+    # lease.released reads the lease's run, which the batch may not name.
+    return wanted
+
+
+def _released_runs(uow: _UnitOfWork, events: list[Event]) -> set[UUID]:
+    run_ids = set()
+    for event in events:
+        if isinstance(event.data, s.LeaseReleased):
+            lease = uow.peek(EnvironmentLease, event.data.lease_id)
+            if lease is not None and lease.heartbeat_run_id:
+                run_ids.add(lease.heartbeat_run_id)
+    return run_ids - set(uow.rows[HeartbeatRun])
+
+
+def _check_references(uow: _UnitOfWork, events: list[Event]) -> list[EventError]:
+    """A release must name a lease the console knows (in the database or earlier
+    in the batch): applying a release rule to a placeholder would be a guess."""
+    errors = []
+    known = {pk for pk, lease in uow.rows[EnvironmentLease].items() if not lease.placeholder}
+    for event in events:
+        if isinstance(event.data, s.LeaseUpserted):
+            known.add(event.data.lease_id)
+        elif isinstance(event.data, s.LeaseReleased) and event.data.lease_id not in known:
+            errors.append(
+                EventError(
+                    event.index, "data.lease_id", "unknown lease: upsert it before releasing"
+                )
+            )
+    return errors
+
+
+def apply_events(source: str, events: list[Event]) -> BatchResult:
+    """Apply a validated batch all-or-nothing; a repeated event id is a no-op.
+
+    Raises BatchRejected (and changes nothing) if an event names something
+    the batch cannot apply.
+    """
+    try:
+        return _apply_batch(source, events)
+    except IntegrityError:
+        # Another request recorded one of these event ids at the same moment;
+        # once more, and those ids count as duplicates.
+        return _apply_batch(source, events)
+
+
+def _apply_batch(source: str, events: list[Event]) -> BatchResult:
+    with transaction.atomic():
+        ids = [e.id for e in events]
+        seen = set(
+            IngestedEvent.objects.filter(source=source, event_id__in=ids).values_list(
+                "event_id", flat=True
+            )
+        )
+        fresh: list[Event] = []
+        for event in events:
+            if event.id in seen:
+                continue
+            seen.add(event.id)
+            fresh.append(event)
+
+        uow = _UnitOfWork()
+        uow.load(_referenced_ids(fresh))
+        extra_runs = _released_runs(uow, fresh)
+        if extra_runs:
+            uow.load({HeartbeatRun: extra_runs})
+        errors = _check_references(uow, fresh)
+        if errors:
+            raise BatchRejected(errors)
+
+        for event in fresh:
+            _apply(uow, event)
+        uow.flush()
+        IngestedEvent.objects.bulk_create(
+            [IngestedEvent(source=source, event_id=e.id, type=e.type) for e in fresh],
+            batch_size=1000,
+        )
+    return BatchResult(accepted=len(fresh), duplicates=len(events) - len(fresh))

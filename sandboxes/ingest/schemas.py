@@ -1,0 +1,257 @@
+"""Payload schemas for every ingest event type, and batch validation that
+names every bad field as (index, path, message)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from sandboxes.models.choices import (
+    CleanupStatus,
+    Disposition,
+    EnvironmentDriver,
+    ExportState,
+    IntentKind,
+    IntentState,
+    IssueStatus,
+    LeasePolicy,
+    LeaseStatus,
+    ProviderName,
+    RecoveryStatus,
+    RetirementMode,
+    RunStatus,
+    SaveState,
+    TerminationState,
+)
+
+
+def _require_str(value: Any) -> Any:
+    # Without this pydantic would accept a unix timestamp or a UUID object;
+    # the wire format is RFC 3339 and uuid strings.
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
+def _choice(enum) -> Any:
+    return Literal[tuple(enum.values)]
+
+
+Uuid = Annotated[UUID, BeforeValidator(_require_str)]
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_require_str)]
+Text200 = Annotated[str, Field(min_length=1, max_length=200)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _relative_root(value: str) -> str:
+    if any(part == ".." for part in value.split("/")):
+        raise ValueError("must not contain '..'")
+    return value
+
+
+class Data(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ManifestEntry(Data):
+    sha256: Sha256
+    size: Annotated[StrictInt, Field(ge=0)]
+
+
+class EnvironmentUpserted(Data):
+    environment_id: Uuid
+    name: Text200
+    provider: _choice(ProviderName)
+    driver: _choice(EnvironmentDriver) | None = None
+    retirement_mode: _choice(RetirementMode) | None = None
+    warm_retention_hours: Annotated[float, Field(ge=0, le=24 * 365, strict=False)] | None = None
+    max_retirements_per_pass: Annotated[StrictInt, Field(ge=0, le=10_000)] | None = None
+    workspace_root: (
+        Annotated[str, Field(min_length=1, max_length=500), AfterValidator(_relative_root)] | None
+    ) = None
+
+
+class IssueUpserted(Data):
+    issue_id: Uuid
+    key: Annotated[str, Field(max_length=64)] | None = None
+    title: Annotated[str, Field(max_length=500)] | None = None
+    status: _choice(IssueStatus)
+    bound_workspace_id: Uuid | None = None
+
+
+class WorkspaceUpserted(Data):
+    workspace_id: Uuid
+    issue_id: Uuid
+    save_state: _choice(SaveState)
+    saved_at: Timestamp | None = None
+    final_checkpoint_at: Timestamp | None = None
+    saved_manifest: (
+        dict[Annotated[str, Field(min_length=1, max_length=1000)], ManifestEntry] | None
+    ) = None
+    writer_run_id: Uuid | None = None
+
+
+class RunUpserted(Data):
+    run_id: Uuid
+    issue_id: Uuid
+    status: _choice(RunStatus)
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
+
+
+class LeaseUpserted(Data):
+    lease_id: Uuid
+    environment_id: Uuid
+    provider: _choice(ProviderName)
+    provider_lease_id: Text200
+    status: _choice(LeaseStatus)
+    lease_policy: _choice(LeasePolicy)
+    acquired_at: Timestamp
+    issue_id: Uuid | None = None
+    workspace_id: Uuid | None = None
+    run_id: Uuid | None = None
+    released_at: Timestamp | None = None
+    expires_at: Timestamp | None = None
+    last_used_at: Timestamp | None = None
+    failure_reason: Annotated[str, Field(max_length=200)] | None = None
+    cleanup_status: _choice(CleanupStatus) | None = None
+    disposition: _choice(Disposition) | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class LeaseReleased(Data):
+    lease_id: Uuid
+    disposition: _choice(Disposition)
+
+
+class ReceiptRecorded(Data):
+    lease_id: Uuid
+    kind: Literal["termination", "stop_and_retain"]
+    state: _choice(TerminationState) | None = Field(default=None, validate_default=True)
+    run_id: Uuid
+    provider_lease_id: Text200
+    confirmed_at: Timestamp
+    request_id: Text200 | None = None
+
+    @field_validator("state")
+    @classmethod
+    def _termination_needs_state(cls, value, info: ValidationInfo):
+        if value is None and info.data.get("kind") == "termination":
+            raise PydanticCustomError("missing", "a termination receipt needs a state")
+        return value
+
+
+class IntentUpserted(Data):
+    intent_id: Uuid
+    lease_id: Uuid
+    kind: _choice(IntentKind)
+    state: _choice(IntentState)
+
+
+class ExportUpserted(Data):
+    export_id: Uuid
+    lease_id: Uuid
+    state: _choice(ExportState)
+
+
+class RecoveryActionUpserted(Data):
+    action_id: Uuid
+    issue_id: Uuid
+    kind: Text200
+    status: _choice(RecoveryStatus)
+    outcome: Annotated[str, Field(max_length=200)] | None = None
+    lease_id: Uuid | None = None
+    evidence: dict[str, Any] | None = None
+
+
+EVENT_TYPES: dict[str, type[Data]] = {
+    "environment.upserted": EnvironmentUpserted,
+    "issue.upserted": IssueUpserted,
+    "workspace.upserted": WorkspaceUpserted,
+    "run.upserted": RunUpserted,
+    "lease.upserted": LeaseUpserted,
+    "lease.released": LeaseReleased,
+    "receipt.recorded": ReceiptRecorded,
+    "intent.upserted": IntentUpserted,
+    "export.upserted": ExportUpserted,
+    "recovery_action.upserted": RecoveryActionUpserted,
+}
+
+
+class Envelope(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: Annotated[str, Field(min_length=1, max_length=200), BeforeValidator(_require_str)]
+    type: Literal[tuple(EVENT_TYPES)]
+    occurred_at: Timestamp
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    index: int
+    id: str
+    type: str
+    occurred_at: datetime
+    data: Data
+
+
+@dataclass(frozen=True)
+class EventError:
+    index: int | None
+    path: str
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"index": self.index, "path": self.path, "message": self.message}
+
+
+def _errors(index: int, prefix: tuple, exc: ValidationError) -> list[EventError]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = prefix + tuple(err["loc"])
+        path = ".".join(str(part) for part in loc) or "(event)"
+        message = err["msg"].removeprefix("Value error, ")
+        out.append(EventError(index, path, message))
+    return out
+
+
+def validate_batch(payload: Any, *, max_events: int) -> tuple[list[Event], list[EventError]]:
+    """Validate a decoded request body. Returns the events, or every error."""
+    if not isinstance(payload, dict) or "events" not in payload:
+        return [], [EventError(None, "events", "body must be an object with an 'events' list")]
+    raw_events = payload["events"]
+    if not isinstance(raw_events, list):
+        return [], [EventError(None, "events", "must be a list")]
+    if len(raw_events) > max_events:
+        return [], [EventError(None, "events", f"at most {max_events} events per batch")]
+
+    events: list[Event] = []
+    errors: list[EventError] = []
+    for index, raw in enumerate(raw_events):
+        try:
+            envelope = Envelope.model_validate(raw)
+        except ValidationError as exc:
+            errors.extend(_errors(index, (), exc))
+            continue
+        try:
+            data = EVENT_TYPES[envelope.type].model_validate(envelope.data)
+        except ValidationError as exc:
+            errors.extend(_errors(index, ("data",), exc))
+            continue
+        events.append(Event(index, envelope.id, envelope.type, envelope.occurred_at, data))
+    return events, errors

@@ -1,0 +1,205 @@
+"""Enumerations mirrored from Paperclip (same names, same values) and the console's own."""
+
+from django.db import models
+from django.db.models import Q
+
+
+class EnvironmentDriver(models.TextChoices):
+    LOCAL = "local"
+    SSH = "ssh"
+    SANDBOX = "sandbox"
+    PLUGIN = "plugin"
+
+
+class ProviderName(models.TextChoices):
+    DAYTONA = "daytona"
+    LOCAL = "local"
+
+
+class EnvironmentStatus(models.TextChoices):
+    ACTIVE = "active"
+    ARCHIVED = "archived"
+
+
+class RetirementMode(models.TextChoices):
+    OBSERVE = "observe"
+    MANUAL = "manual"
+    AUTO = "auto"
+
+
+class IssueStatus(models.TextChoices):
+    BACKLOG = "backlog"
+    TODO = "todo"
+    IN_PROGRESS = "in_progress"
+    IN_REVIEW = "in_review"
+    BLOCKED = "blocked"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+ISSUE_CLOSED = (IssueStatus.DONE, IssueStatus.CANCELLED)
+
+
+class SaveState(models.TextChoices):
+    STARTING = "starting"
+    SAVING = "saving"
+    SAVED = "saved"
+    FAILED = "failed"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    SCHEDULED_RETRY = "scheduled_retry"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+RUN_LIVE = (RunStatus.QUEUED, RunStatus.SCHEDULED_RETRY, RunStatus.RUNNING)
+RUN_TERMINAL = tuple(s for s in RunStatus if s not in RUN_LIVE)
+RUN_UNSUCCESSFUL = (
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+    RunStatus.TIMED_OUT,
+    RunStatus.INTERRUPTED,
+)
+
+
+class LeaseStatus(models.TextChoices):
+    ACTIVE = "active"
+    RELEASED = "released"
+    EXPIRED = "expired"
+    FAILED = "failed"
+    RETAINED = "retained"
+    PENDING_CLEANUP = "pending_cleanup"
+
+
+class LeasePolicy(models.TextChoices):
+    EPHEMERAL = "ephemeral"
+    REUSE_BY_ENVIRONMENT = "reuse_by_environment"
+    REUSE_BY_EXECUTION_WORKSPACE = "reuse_by_execution_workspace"
+    RETAIN_ON_FAILURE = "retain_on_failure"
+
+
+WARM_POLICIES = (LeasePolicy.REUSE_BY_ENVIRONMENT, LeasePolicy.REUSE_BY_EXECUTION_WORKSPACE)
+
+
+class CleanupStatus(models.TextChoices):
+    PENDING = "pending"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+class Disposition(models.TextChoices):
+    KEEP_RUNNING = "keep_running"
+    STOP_AND_RETAIN = "stop_and_retain"
+    DESTROY = "destroy"
+
+
+class ReceiptKind(models.TextChoices):
+    TERMINATION = "termination"
+    STOP_AND_RETAIN = "stop_and_retain"
+    SALVAGE_COMPARE = "salvage_compare"
+    SALVAGE_EXPORT = "salvage_export"
+    RETIREMENT = "retirement"
+    APPROVAL = "approval"
+    OPERATOR_ATTESTED = "operator_attested"
+
+
+PROVIDER_RECEIPT_KINDS = (ReceiptKind.TERMINATION, ReceiptKind.STOP_AND_RETAIN)
+
+RECEIPT_SCHEMAS = {
+    ReceiptKind.TERMINATION: "paperclip.remote-termination.v1",
+    ReceiptKind.STOP_AND_RETAIN: "paperclip.sandbox-stop-and-retain-receipt.v1",
+}
+
+
+class TerminationState(models.TextChoices):
+    STOPPED = "stopped"
+    DESTROYED = "destroyed"
+
+
+class IntentKind(models.TextChoices):
+    STOP_AND_RETAIN = "stop_and_retain"
+    EXPORT_RESUME = "export_resume"
+    RESTORE = "restore"
+
+
+class IntentState(models.TextChoices):
+    PENDING = "pending"
+    CONFIRMED = "confirmed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ExportState(models.TextChoices):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class RecoveryStatus(models.TextChoices):
+    ACTIVE = "active"
+    ESCALATED = "escalated"
+    RESOLVED = "resolved"
+    CANCELLED = "cancelled"
+
+
+RECOVERY_OPEN = (RecoveryStatus.ACTIVE, RecoveryStatus.ESCALATED)
+
+
+class RetirementKind(models.TextChoices):
+    ABANDONED_WARM = "abandoned_warm"
+    SUPERSEDED_RUNNING_WARM = "superseded_running_warm"
+    CLOSED_RESTORE_SOURCE = "closed_restore_source"
+    DONE_TASK_WARM = "done_task_warm"
+    RESUME_FAILED = "resume_failed"
+    # A correction, not a retirement: stop and retain, never destroy (seed 002).
+    STOP_AFTER_UNSUCCESSFUL_RUN = "stop_after_unsuccessful_run"
+
+
+class Stage(models.TextChoices):
+    LISTED = "listed"
+    COMPARING = "comparing"
+    EXPORTING = "exporting"
+    RETIRING = "retiring"
+    RETIRED = "retired"
+    HELD = "held"
+    AWAITING_APPROVAL = "awaiting_approval"
+    FAILED = "failed"
+    DISMISSED = "dismissed"
+
+
+STAGES_CLOSED = (Stage.RETIRED, Stage.DISMISSED)
+
+
+class HoldCode(models.TextChoices):
+    RUN_ACTIVE = "run_active"
+    ISSUE_RUN_ACTIVE = "issue_run_active"
+    RECOVERY_OPEN = "recovery_open"
+    EXPORT_PENDING = "export_pending"
+    INTENT_PENDING = "intent_pending"
+    SANDBOX_SHARED = "sandbox_shared"
+    NEWER_LEASE = "newer_lease"
+    NO_STOP_RECEIPT = "no_stop_receipt"
+    TASK_CAN_RESUME = "task_can_resume"
+    WRITER_ACTIVE = "writer_active"
+    RETENTION = "retention"
+    UNKNOWN_AGE = "unknown_age"
+    OPERATOR_HOLD = "operator_hold"
+
+
+class TokenScope(models.TextChoices):
+    INGEST = "ingest"
+    OPERATOR = "operator"
+
+
+def enum_check(field: str, choices: type[models.TextChoices], *, model: str, nullable=False):
+    """A CHECK constraint that keeps `field` inside `choices` (and NULL if allowed)."""
+    condition = Q(**{f"{field}__in": choices.values})
+    if nullable:
+        condition |= Q(**{f"{field}__isnull": True})
+    return models.CheckConstraint(condition=condition, name=f"{model}_{field}_valid")

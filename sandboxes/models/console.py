@@ -1,0 +1,304 @@
+"""The console's own records: retirements, receipts, attachments, audit, tokens, passes."""
+
+import hashlib
+import secrets
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from .choices import (
+    STAGES_CLOSED,
+    ReceiptKind,
+    RetirementKind,
+    Stage,
+    TerminationState,
+    TokenScope,
+    enum_check,
+)
+from .mirror import Environment, EnvironmentLease, HeartbeatRun, Issue
+
+
+class AppendOnlyError(Exception):
+    """Raised when code tries to change or delete an append-only row."""
+
+
+class AppendOnlyModel(models.Model):
+    """Rows are inserted once and never changed. The database enforces it too
+    (triggers in migration 0002); this guard gives a clearer error in Python."""
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+
+
+class Retirement(models.Model):
+    """One kept sandbox the reconciler has listed; unique while open."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    lease = models.ForeignKey(
+        EnvironmentLease, on_delete=models.PROTECT, related_name="retirements"
+    )
+    environment = models.ForeignKey(
+        Environment, on_delete=models.PROTECT, related_name="retirements"
+    )
+    provider = models.CharField(max_length=16)
+    provider_lease_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=32, choices=RetirementKind.choices)
+    stage = models.CharField(max_length=20, choices=Stage.choices, default=Stage.LISTED)
+    holds = models.JSONField(
+        default=list, blank=True, help_text="Hold codes, recomputed each pass."
+    )
+    hold_reasons = models.JSONField(
+        default=dict, blank=True, help_text="Hold code → one-line explanation."
+    )
+    operator_hold_reason = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    needs_attention = models.BooleanField(default=False)
+    # Fenced claim: a worker owns the row while attempt_id matches and
+    # claimed_until is in the future.
+    attempt_id = models.UUIDField(null=True, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    provider_state = models.CharField(max_length=20, blank=True)
+    provider_state_at = models.DateTimeField(null=True, blank=True)
+    started_for_salvage = models.BooleanField(
+        default=False, help_text="The console started the sandbox and must stop it again."
+    )
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    listed_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            enum_check("kind", RetirementKind, model="retirement"),
+            enum_check("stage", Stage, model="retirement"),
+            models.UniqueConstraint(
+                fields=["provider", "provider_lease_id"],
+                condition=~Q(stage__in=list(STAGES_CLOSED)),
+                name="retirement_one_open_per_sandbox",
+            ),
+            models.CheckConstraint(
+                condition=Q(attempt_id__isnull=True) | Q(claimed_until__isnull=False),
+                name="retirement_claim_has_deadline",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["stage", "next_attempt_at"], name="retirement_due"),
+            models.Index(fields=["provider", "provider_lease_id"], name="retirement_sandbox"),
+            models.Index(fields=["kind", "stage"], name="retirement_kind_stage"),
+        ]
+        permissions = [
+            ("approve_retirement", "Can approve a retirement"),
+            ("retry_retirement", "Can retry a retirement now"),
+            ("hold_retirement", "Can hold or release a hold on a retirement"),
+            ("attest_retirement", "Can discard unsaved work and retire"),
+            ("export_audit", "Can export the audit trail"),
+            ("manage_tokens", "Can create and revoke API tokens"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.provider_lease_id} ({self.stage})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.stage not in STAGES_CLOSED
+
+
+class Receipt(AppendOnlyModel):
+    """Proof of a confirmed step. A queued request is not a receipt."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    kind = models.CharField(max_length=32, choices=ReceiptKind.choices)
+    lease = models.ForeignKey(EnvironmentLease, on_delete=models.PROTECT, related_name="receipts")
+    run = models.ForeignKey(
+        HeartbeatRun, null=True, blank=True, on_delete=models.PROTECT, related_name="receipts"
+    )
+    retirement = models.ForeignKey(
+        Retirement, null=True, blank=True, on_delete=models.PROTECT, related_name="receipts"
+    )
+    provider_lease_id = models.CharField(max_length=200)
+    state = models.CharField(max_length=16, choices=TerminationState.choices, null=True, blank=True)
+    schema = models.CharField(max_length=100, blank=True)
+    confirmed_at = models.DateTimeField()
+    request_id = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=200, blank=True, help_text="Who wrote it: system or user.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["confirmed_at", "created_at"]
+        constraints = [
+            enum_check("kind", ReceiptKind, model="receipt"),
+            enum_check("state", TerminationState, model="receipt", nullable=True),
+            models.UniqueConstraint(
+                fields=["lease", "kind", "request_id"], name="receipt_unique_request"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["lease", "kind"], name="receipt_lease_kind"),
+            models.Index(fields=["retirement", "kind"], name="receipt_retirement_kind"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} receipt for {self.provider_lease_id}"
+
+
+def attachment_path(instance: "Attachment", filename: str) -> str:
+    digest = instance.sha256
+    return f"attachments/{digest[:2]}/{digest[2:4]}/{digest}"
+
+
+class Attachment(models.Model):
+    """A salvaged file attached to its task. Stored bytes are content-addressed
+    by sha256, so the same content is kept once however many paths name it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    issue = models.ForeignKey(Issue, on_delete=models.PROTECT, related_name="attachments")
+    retirement = models.ForeignKey(
+        Retirement, null=True, blank=True, on_delete=models.PROTECT, related_name="attachments"
+    )
+    path = models.CharField(max_length=1000, help_text="Path relative to the workspace root.")
+    sha256 = models.CharField(max_length=64, db_index=True)
+    size = models.BigIntegerField()
+    file = models.FileField(upload_to=attachment_path, max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(size__gte=0), name="attachment_size_nonnegative"),
+            models.CheckConstraint(
+                condition=Q(sha256__regex=r"^[0-9a-f]{64}$"), name="attachment_sha256_hex"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.path} ({self.sha256[:12]})"
+
+    @staticmethod
+    def storage_name(sha256: str) -> str:
+        return attachment_path(Attachment(sha256=sha256), "")
+
+
+class AuditEvent(AppendOnlyModel):
+    """Who did what to which object, why, and the before and after."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
+    )
+    actor_label = models.CharField(max_length=200, help_text="Username, token name or 'system'.")
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=200)
+    sandbox_id = models.CharField(max_length=200, blank=True, db_index=True)
+    reason = models.TextField(blank=True)
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self):
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.object_id}"
+
+
+def hash_token(raw: str) -> str:
+    # Tokens are 256-bit random strings, so a plain sha256 cannot be brute-forced.
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    name = models.CharField(max_length=200)
+    scope = models.CharField(max_length=16, choices=TokenScope.choices)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12, help_text="First characters, to recognise a token.")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [enum_check("scope", TokenScope, model="token")]
+
+    def __str__(self):
+        return f"{self.name} ({self.scope}, {self.prefix}…)"
+
+    @classmethod
+    def issue(cls, name: str, scope: str, created_by=None) -> tuple["ApiToken", str]:
+        """Create a token; the raw value is returned once and never stored."""
+        raw = f"pcc_{secrets.token_urlsafe(32)}"
+        token = cls.objects.create(
+            name=name,
+            scope=scope,
+            token_hash=hash_token(raw),
+            prefix=raw[:10],
+            created_by=created_by,
+        )
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw: str) -> "ApiToken | None":
+        return cls.objects.filter(token_hash=hash_token(raw), revoked_at__isnull=True).first()
+
+
+class IngestedEvent(models.Model):
+    """Remembers event ids per source so a repeated id is a no-op."""
+
+    source = models.CharField(max_length=64, help_text="token:<uuid> or cli")
+    event_id = models.CharField(max_length=200)
+    type = models.CharField(max_length=64)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "event_id"], name="event_unique_per_source")
+        ]
+
+    def __str__(self):
+        return f"{self.source} {self.event_id}"
+
+
+class ReconcilerPass(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    started_at = models.DateTimeField(db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    dry_run = models.BooleanField(default=False)
+    environment_name = models.CharField(max_length=200, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    candidates = models.PositiveIntegerField(default=0)
+    advanced = models.PositiveIntegerField(default=0)
+    retired = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    kept_bytes = models.BigIntegerField(null=True, blank=True)
+    counts_by_kind = models.JSONField(default=dict, blank=True)
+    counts_by_stage = models.JSONField(default=dict, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self):
+        return f"pass {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()

@@ -1,0 +1,277 @@
+"""Mirrors of Paperclip's rows: environments, issues, workspaces, runs, leases,
+intents, pending exports and recovery actions.
+
+Rows named by an event before their own upsert arrives are created as
+placeholders (`placeholder=True`) and filled in later; the reconciler never
+judges a sandbox whose graph still has placeholders.
+"""
+
+import uuid
+from datetime import timedelta
+
+from django.db import models
+from django.db.models import Q
+
+from .choices import (
+    CleanupStatus,
+    Disposition,
+    EnvironmentDriver,
+    EnvironmentStatus,
+    ExportState,
+    IntentKind,
+    IntentState,
+    IssueStatus,
+    LeasePolicy,
+    LeaseStatus,
+    ProviderName,
+    RecoveryStatus,
+    RetirementMode,
+    RunStatus,
+    SaveState,
+    enum_check,
+)
+
+
+class MirroredModel(models.Model):
+    placeholder = models.BooleanField(
+        default=False, help_text="Named by an event before its own upsert arrived."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class Environment(MirroredModel):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    name = models.CharField(max_length=200)
+    driver = models.CharField(
+        max_length=16, choices=EnvironmentDriver.choices, default=EnvironmentDriver.SANDBOX
+    )
+    provider = models.CharField(
+        max_length=16, choices=ProviderName.choices, default=ProviderName.LOCAL
+    )
+    status = models.CharField(
+        max_length=16, choices=EnvironmentStatus.choices, default=EnvironmentStatus.ACTIVE
+    )
+    # Console policy (DOMAIN §2.6).
+    retirement_mode = models.CharField(
+        max_length=16, choices=RetirementMode.choices, default=RetirementMode.OBSERVE
+    )
+    warm_retention = models.DurationField(default=timedelta(hours=24))
+    max_retirements_per_pass = models.PositiveIntegerField(default=50)
+    workspace_root = models.CharField(max_length=500, default="workspace")
+    api_url = models.URLField(blank=True, help_text="Provider API URL; blank uses DAYTONA_API_URL.")
+    api_key_env = models.CharField(
+        max_length=100,
+        default="DAYTONA_API_KEY",
+        help_text="Name of the environment variable holding the provider token.",
+    )
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("edit_policy", "Can edit an environment's retirement policy")]
+        constraints = [
+            enum_check("driver", EnvironmentDriver, model="environment"),
+            enum_check("provider", ProviderName, model="environment"),
+            enum_check("status", EnvironmentStatus, model="environment"),
+            enum_check("retirement_mode", RetirementMode, model="environment"),
+            models.CheckConstraint(
+                condition=Q(max_retirements_per_pass__gte=0), name="environment_cap_nonnegative"
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Issue(MirroredModel):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    key = models.CharField(max_length=64, blank=True, db_index=True)
+    title = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=16, choices=IssueStatus.choices, default=IssueStatus.TODO)
+    bound_workspace = models.ForeignKey(
+        "ExecutionWorkspace",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="bound_issues",
+    )
+
+    class Meta:
+        constraints = [enum_check("status", IssueStatus, model="issue")]
+
+    def __str__(self):
+        return self.key or str(self.id)
+
+
+class ExecutionWorkspace(MirroredModel):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    issue = models.ForeignKey(Issue, null=True, on_delete=models.PROTECT, related_name="workspaces")
+    status = models.CharField(max_length=32, default="active")
+    save_state = models.CharField(
+        max_length=16, choices=SaveState.choices, default=SaveState.STARTING
+    )
+    saved_at = models.DateTimeField(null=True, blank=True)
+    final_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    saved_manifest = models.JSONField(
+        default=dict, blank=True, help_text="path → {sha256, size} of the last committed save."
+    )
+    writer_run = models.ForeignKey(
+        "HeartbeatRun",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="held_workspaces",
+    )
+
+    class Meta:
+        constraints = [enum_check("save_state", SaveState, model="workspace")]
+
+    def __str__(self):
+        return f"workspace {self.id}"
+
+
+class HeartbeatRun(MirroredModel):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    issue = models.ForeignKey(Issue, null=True, on_delete=models.PROTECT, related_name="runs")
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [enum_check("status", RunStatus, model="run")]
+        indexes = [models.Index(fields=["issue", "status"], name="run_issue_status")]
+
+    def __str__(self):
+        return f"run {self.id}"
+
+
+class EnvironmentLease(MirroredModel):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    environment = models.ForeignKey(
+        Environment, null=True, on_delete=models.PROTECT, related_name="leases"
+    )
+    execution_workspace = models.ForeignKey(
+        ExecutionWorkspace, null=True, blank=True, on_delete=models.PROTECT, related_name="leases"
+    )
+    issue = models.ForeignKey(
+        Issue, null=True, blank=True, on_delete=models.PROTECT, related_name="leases"
+    )
+    heartbeat_run = models.ForeignKey(
+        HeartbeatRun, null=True, blank=True, on_delete=models.PROTECT, related_name="leases"
+    )
+    status = models.CharField(max_length=16, choices=LeaseStatus.choices)
+    lease_policy = models.CharField(max_length=32, choices=LeasePolicy.choices)
+    provider = models.CharField(max_length=16, choices=ProviderName.choices)
+    provider_lease_id = models.CharField(max_length=200)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.CharField(max_length=200, blank=True)
+    cleanup_status = models.CharField(
+        max_length=16, choices=CleanupStatus.choices, null=True, blank=True
+    )
+    disposition = models.CharField(
+        max_length=16, choices=Disposition.choices, null=True, blank=True
+    )
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            enum_check("status", LeaseStatus, model="lease"),
+            enum_check("lease_policy", LeasePolicy, model="lease"),
+            enum_check("provider", ProviderName, model="lease"),
+            enum_check("cleanup_status", CleanupStatus, model="lease", nullable=True),
+            enum_check("disposition", Disposition, model="lease", nullable=True),
+        ]
+        indexes = [
+            # Newest lease row per sandbox.
+            models.Index(
+                fields=["provider", "provider_lease_id", "-acquired_at"],
+                name="lease_sandbox_newest",
+            ),
+            models.Index(fields=["status", "lease_policy"], name="lease_status_policy"),
+            models.Index(fields=["issue", "status"], name="lease_issue_status"),
+        ]
+
+    def __str__(self):
+        return f"{self.provider}:{self.provider_lease_id} ({self.status})"
+
+    @property
+    def sandbox_key(self) -> tuple[str, str]:
+        return (self.provider, self.provider_lease_id)
+
+
+class LeaseIntent(MirroredModel):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    lease = models.ForeignKey(EnvironmentLease, on_delete=models.PROTECT, related_name="intents")
+    kind = models.CharField(max_length=32, choices=IntentKind.choices)
+    state = models.CharField(max_length=16, choices=IntentState.choices)
+    request_id = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            enum_check("kind", IntentKind, model="intent"),
+            enum_check("state", IntentState, model="intent"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["lease"], condition=Q(state="pending"), name="intent_pending_by_lease"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.kind} intent ({self.state})"
+
+
+class PendingExport(MirroredModel):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    lease = models.ForeignKey(EnvironmentLease, on_delete=models.PROTECT, related_name="exports")
+    state = models.CharField(max_length=16, choices=ExportState.choices)
+
+    class Meta:
+        constraints = [enum_check("state", ExportState, model="export")]
+        indexes = [
+            models.Index(
+                fields=["lease"], condition=Q(state="pending"), name="export_pending_by_lease"
+            )
+        ]
+
+    def __str__(self):
+        return f"export {self.id} ({self.state})"
+
+
+class RecoveryAction(MirroredModel):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    source_issue = models.ForeignKey(
+        Issue, on_delete=models.PROTECT, related_name="recovery_actions"
+    )
+    kind = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=RecoveryStatus.choices)
+    outcome = models.CharField(max_length=200, blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+    lease = models.ForeignKey(
+        EnvironmentLease,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="recovery_actions",
+        help_text="The restore-source lease the evidence names, when it names one.",
+    )
+
+    class Meta:
+        constraints = [enum_check("status", RecoveryStatus, model="recovery")]
+        indexes = [
+            models.Index(
+                fields=["source_issue"],
+                condition=Q(status__in=["active", "escalated"]),
+                name="recovery_open_by_issue",
+            ),
+            models.Index(fields=["lease", "status"], name="recovery_lease_status"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} ({self.status})"

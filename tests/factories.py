@@ -1,0 +1,207 @@
+"""factory-boy factories that build consistent graphs: a lease comes with its
+environment, task, workspace and run, all pointing at each other."""
+
+import hashlib
+from datetime import timedelta
+
+import factory
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from factory.django import DjangoModelFactory
+
+from sandboxes import models as m
+
+
+class UserFactory(DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.django.Password("correct horse battery staple")
+
+    @factory.post_generation
+    def groups(self, create, extracted, **kwargs):
+        from django.contrib.auth.models import Group
+
+        for name in extracted or ():
+            self.groups.add(Group.objects.get(name=name))
+
+
+class EnvironmentFactory(DjangoModelFactory):
+    class Meta:
+        model = m.Environment
+
+    name = factory.Sequence(lambda n: f"env-{n}")
+    provider = m.ProviderName.LOCAL
+    driver = m.EnvironmentDriver.SANDBOX
+    retirement_mode = m.RetirementMode.AUTO
+
+
+class IssueFactory(DjangoModelFactory):
+    class Meta:
+        model = m.Issue
+
+    key = factory.Sequence(lambda n: f"PAP-{n + 100}")
+    title = factory.Faker("sentence", nb_words=5)
+    status = m.IssueStatus.IN_PROGRESS
+
+
+class HeartbeatRunFactory(DjangoModelFactory):
+    class Meta:
+        model = m.HeartbeatRun
+
+    issue = factory.SubFactory(IssueFactory)
+    status = m.RunStatus.SUCCEEDED
+    started_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=3))
+    finished_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=2))
+
+
+def manifest_for(files: dict[str, bytes]) -> dict:
+    return {
+        path: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        for path, data in files.items()
+    }
+
+
+class ExecutionWorkspaceFactory(DjangoModelFactory):
+    class Meta:
+        model = m.ExecutionWorkspace
+
+    issue = factory.SubFactory(IssueFactory)
+    save_state = m.SaveState.SAVED
+    saved_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=2))
+    final_checkpoint_at = factory.LazyAttribute(lambda o: o.saved_at)
+    saved_manifest = factory.LazyFunction(lambda: manifest_for({"README.md": b"# task\n"}))
+
+
+class EnvironmentLeaseFactory(DjangoModelFactory):
+    """A warm lease whose task, workspace and run agree, bound to the task."""
+
+    class Meta:
+        model = m.EnvironmentLease
+
+    environment = factory.SubFactory(EnvironmentFactory)
+    issue = factory.SubFactory(IssueFactory)
+    execution_workspace = factory.SubFactory(
+        ExecutionWorkspaceFactory, issue=factory.SelfAttribute("..issue")
+    )
+    heartbeat_run = factory.SubFactory(HeartbeatRunFactory, issue=factory.SelfAttribute("..issue"))
+    status = m.LeaseStatus.RELEASED
+    lease_policy = m.LeasePolicy.REUSE_BY_ENVIRONMENT
+    provider = factory.SelfAttribute("environment.provider")
+    provider_lease_id = factory.Sequence(lambda n: f"sbx-{n:06d}")
+    acquired_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=3))
+    last_used_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=2))
+    released_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=2))
+    disposition = m.Disposition.STOP_AND_RETAIN
+    metadata = factory.LazyFunction(dict)
+
+    @factory.post_generation
+    def bind(self, create, extracted, **kwargs):
+        """bind=True (default) binds the task to this lease's workspace."""
+        if extracted is False or self.issue is None:
+            return
+        if self.issue.bound_workspace_id is None:
+            self.issue.bound_workspace = self.execution_workspace
+            if create:
+                self.issue.save(update_fields=["bound_workspace"])
+
+
+class ReceiptFactory(DjangoModelFactory):
+    class Meta:
+        model = m.Receipt
+
+    lease = factory.SubFactory(EnvironmentLeaseFactory)
+    run = factory.SelfAttribute("lease.heartbeat_run")
+    kind = m.ReceiptKind.TERMINATION
+    state = m.TerminationState.STOPPED
+    schema = factory.LazyAttribute(lambda o: m.RECEIPT_SCHEMAS.get(o.kind, ""))
+    provider_lease_id = factory.SelfAttribute("lease.provider_lease_id")
+    confirmed_at = factory.LazyFunction(timezone.now)
+    request_id = factory.Faker("uuid4")
+    payload = factory.LazyFunction(dict)
+    actor = "paperclip"
+
+
+class LeaseIntentFactory(DjangoModelFactory):
+    class Meta:
+        model = m.LeaseIntent
+
+    lease = factory.SubFactory(EnvironmentLeaseFactory)
+    kind = m.IntentKind.STOP_AND_RETAIN
+    state = m.IntentState.PENDING
+    request_id = factory.Faker("uuid4")
+
+
+class PendingExportFactory(DjangoModelFactory):
+    class Meta:
+        model = m.PendingExport
+
+    lease = factory.SubFactory(EnvironmentLeaseFactory)
+    state = m.ExportState.PENDING
+
+
+class RecoveryActionFactory(DjangoModelFactory):
+    class Meta:
+        model = m.RecoveryAction
+
+    lease = factory.SubFactory(
+        EnvironmentLeaseFactory, lease_policy=m.LeasePolicy.RETAIN_ON_FAILURE
+    )
+    source_issue = factory.SelfAttribute("lease.issue")
+    kind = "workspace_restore"
+    status = m.RecoveryStatus.ACTIVE
+    evidence = factory.LazyAttribute(lambda o: {"leaseId": str(o.lease.pk)})
+
+
+class RetirementFactory(DjangoModelFactory):
+    class Meta:
+        model = m.Retirement
+
+    lease = factory.SubFactory(EnvironmentLeaseFactory)
+    environment = factory.SelfAttribute("lease.environment")
+    provider = factory.SelfAttribute("lease.provider")
+    provider_lease_id = factory.SelfAttribute("lease.provider_lease_id")
+    kind = m.RetirementKind.ABANDONED_WARM
+    stage = m.Stage.LISTED
+
+
+class AttachmentFactory(DjangoModelFactory):
+    class Meta:
+        model = m.Attachment
+
+    issue = factory.SubFactory(IssueFactory)
+    path = factory.Sequence(lambda n: f"notes/file-{n}.txt")
+    sha256 = factory.LazyAttribute(lambda o: hashlib.sha256(o.path.encode()).hexdigest())
+    size = 10
+    file = factory.LazyAttribute(lambda o: m.Attachment.storage_name(o.sha256))
+
+
+class AuditEventFactory(DjangoModelFactory):
+    class Meta:
+        model = m.AuditEvent
+
+    actor_label = "system"
+    action = "retirement.hold"
+    object_type = "retirement"
+    object_id = factory.Faker("uuid4")
+    reason = "testing"
+
+
+class ApiTokenFactory(DjangoModelFactory):
+    class Meta:
+        model = m.ApiToken
+
+    name = factory.Sequence(lambda n: f"token-{n}")
+    scope = m.TokenScope.INGEST
+    token_hash = factory.Sequence(lambda n: hashlib.sha256(f"raw-{n}".encode()).hexdigest())
+    prefix = "pcc_xxxxxx"
+
+
+class ReconcilerPassFactory(DjangoModelFactory):
+    class Meta:
+        model = m.ReconcilerPass
+
+    started_at = factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=5))
+    finished_at = factory.LazyFunction(timezone.now)
