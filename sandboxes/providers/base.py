@@ -269,7 +269,8 @@ class RetryingProvider:
 
     def _sleep(self, seconds: float, budget: Budget, *, why: str, operation: str, sandbox_id: str):
         """Wait inside the budget, or give up now if the wait cannot fit."""
-        if seconds >= budget.remaining():
+        # Leave a sliver for the call that follows the wait.
+        if seconds + 0.02 >= budget.remaining():
             raise BudgetExhausted(
                 f"{self.name} {operation} {sandbox_id}: {why}; "
                 f"gave up after {budget.elapsed():.1f}s of a {budget.seconds:g}s budget",

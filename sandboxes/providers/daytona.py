@@ -323,6 +323,20 @@ class DaytonaProvider(RetryingProvider):
         self, action: str, sandbox_id: str, budget: Budget, request_id: str
     ) -> Confirmation:
         """Ask for `action`, then read until the sandbox settles in the target state."""
+        last_state: list[str] = []
+        try:
+            return self._lifecycle_loop(action, sandbox_id, budget, request_id, last_state)
+        except BudgetExhausted as exc:
+            if last_state and f"still {last_state[-1]}" not in str(exc):
+                raise BudgetExhausted(
+                    f"{exc} (last seen state: {last_state[-1]})",
+                    operation=action,
+                    sandbox_id=sandbox_id,
+                    status_code=exc.status_code,
+                ) from exc
+            raise
+
+    def _lifecycle_loop(self, action, sandbox_id, budget, request_id, last_state):
         targets = _TARGETS[action]
         need_post = True
         attempt = 0
@@ -363,6 +377,7 @@ class DaytonaProvider(RetryingProvider):
                         continue
                     raise
             info = self._get(sandbox_id, budget, request_id, operation=action)
+            last_state.append(str(info.raw.get("state") or info.state))
             if info.state in targets:
                 return self._confirmation(info, info.state, request_id, action)
             if info.state == SandboxState.DESTROYED:

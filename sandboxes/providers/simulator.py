@@ -477,6 +477,7 @@ class Handler(BaseHTTPRequestHandler):
             "at": _now_iso(),
             "method": method,
             "path": path,
+            "query": query,
             "sandbox_id": sandbox_id,
             "operation": operation,
             "status": None,
@@ -642,7 +643,7 @@ class Handler(BaseHTTPRequestHandler):
                 answer = [
                     c
                     for c in sim.calls
-                    if all(str(c.get(k)) == v for k, v in query.items() if k in c)
+                    if all(str(c.get(k)) == v for k, v in query.items() if k != "query")
                 ]
             elif path == "/_sim/reset" and method == "POST":
                 sim.calls.clear()

@@ -1,0 +1,116 @@
+"""The simulator itself: Daytona shapes, destroy semantics, runtime faults, call log."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sandboxes.providers.simulator import FaultConfig, SimulatorServer
+from tests.providers.conftest import API_KEY
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+def client(simulator):
+    return httpx.Client(base_url=simulator.url, headers=AUTH, timeout=5)
+
+
+def test_seeding_answers_the_sandbox_started_with_its_toolbox(simulator):
+    with client(simulator) as http:
+        body = http.post("/sandbox", json={"name": "n", "labels": {"a": "b"}}).json()
+        assert body["state"] == "started" and body["labels"] == {"a": "b"}
+        assert body["toolboxProxyUrl"] == f"{simulator.url}/toolbox"
+        assert http.get("/sandbox/n").json()["id"] == body["id"]
+
+
+def test_delete_goes_through_destroying_then_404(simulator, sim):
+    with client(simulator) as http:
+        sid = http.post("/sandbox", json={"name": "n"}).json()["id"]
+        sim.sandbox(sid, transition_seconds=0.2)
+        assert http.delete(f"/sandbox/{sid}").status_code == 200
+        assert http.get(f"/sandbox/{sid}").json()["state"] == "destroying"
+        time.sleep(0.25)
+        assert http.get(f"/sandbox/{sid}").status_code == 404
+        assert http.delete(f"/sandbox/{sid}").status_code == 404
+
+
+def test_lifecycle_calls_during_a_transition_conflict(simulator, sim):
+    with client(simulator) as http:
+        sid = http.post("/sandbox", json={"name": "n"}).json()["id"]
+        sim.sandbox(sid, transition_seconds=5)
+        http.post(f"/sandbox/{sid}/stop")
+        answer = http.post(f"/sandbox/{sid}/start")
+        assert answer.status_code == 409
+        assert answer.json()["message"] == "Sandbox state change in progress"
+        sim.faults(legacy_400=True)
+        assert http.post(f"/sandbox/{sid}/start").status_code == 400
+
+
+def test_toolbox_needs_a_started_sandbox(simulator):
+    with client(simulator) as http:
+        sid = http.post("/sandbox", json={"name": "n"}).json()["id"]
+        http.post(f"/sandbox/{sid}/stop")
+        time.sleep(0.05)
+        answer = http.post(f"/toolbox/{sid}/process/execute", json={"command": "ls"})
+        assert answer.status_code == 400
+
+
+def test_unauthenticated_calls_are_refused(simulator):
+    assert httpx.get(f"{simulator.url}/sandbox").status_code == 401
+
+
+def test_call_log_filters_and_resets(simulator, sim):
+    with client(simulator) as http:
+        http.post("/sandbox", json={"name": "n"})
+        http.get("/sandbox/n")
+    assert [c["operation"] for c in sim.calls()] == ["create", "get"]
+    assert len(sim.calls(operation="get")) == 1
+    sim.reset()
+    assert sim.calls() == []
+
+
+def test_bad_fault_settings_are_refused(simulator):
+    answer = httpx.post(f"{simulator.url}/_sim/faults", json={"global": {"nope": 1}})
+    assert answer.status_code == 400
+
+
+def test_seeded_faults_are_reproducible():
+    def statuses():
+        config = FaultConfig(error_rate=0.5)
+        with SimulatorServer(seed=42, config=config) as srv, httpx.Client() as http:
+            return [http.get(f"{srv.url}/sandbox").status_code for _ in range(20)]
+
+    first = statuses()
+    assert first == statuses() and {200, 503} <= set(first)
+
+
+def test_survives_thousands_of_calls():
+    with SimulatorServer() as srv, httpx.Client(base_url=srv.url) as http:
+        for _ in range(2000):
+            assert http.get("/sandbox").status_code == 200
+        assert len(srv.control.calls()) == 2000
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="uses a subprocess on loopback")
+def test_the_management_command_serves_until_stopped():
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "paperclip_console.test_settings"}
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "provider_simulator", "--port", "0", "--seed", "3"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line
+        url = line.rsplit(" ", 1)[-1].strip()
+        assert httpx.get(f"{url}/sandbox").json() == {"items": [], "nextCursor": None, "total": 0}
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -1,0 +1,76 @@
+"""Toolbox wire formats: the hash listing and the streaming multipart reader."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sandboxes.providers import wire
+from sandboxes.providers.base import ProviderProtocolError
+
+
+def multipart(parts, boundary="b0undary"):
+    out = b""
+    for name, body in parts:
+        out += (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+                f"filename={wire.quote_param(name)}\r\n\r\n"
+            ).encode()
+            + body
+            + b"\r\n"
+        )
+    return out + f"--{boundary}--\r\n".encode()
+
+
+def chunked(data, size):
+    return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+
+
+def read(data, size, boundary=b"b0undary"):
+    result = []
+    for headers, body in wire.MultipartStream(chunked(data, size), boundary).parts():
+        name = wire.disposition_params(headers["content-disposition"])["filename"]
+        result.append((name, b"".join(body)))
+    return result
+
+
+@given(
+    st.lists(st.tuples(st.text(min_size=1, max_size=20), st.binary(max_size=300)), max_size=5),
+    st.integers(min_value=1, max_value=64),
+)
+def test_multipart_round_trips_whatever_the_chunking(parts, size):
+    assert read(multipart(parts), size) == parts
+
+
+def test_a_body_that_nearly_contains_the_delimiter_is_not_split():
+    parts = [("x", b"\r\n--b0undar\r\n"), ("y", b"--b0undary at line start without CRLF")]
+    for size in (1, 2, 5, 11):
+        assert read(multipart(parts), size) == parts
+
+
+def test_a_truncated_answer_is_a_protocol_error():
+    data = multipart([("a", b"x" * 100)])[:-20]
+    with pytest.raises(ProviderProtocolError):
+        read(data, 7)
+
+
+def test_hash_output_parses_names_with_spaces_and_newlines():
+    sha = "a" * 64
+    out = wire.format_hash_records([(sha, 3, "a b"), (sha, 0, "new\nline")])
+    parsed = wire.parse_hash_output(out)
+    assert set(parsed) == {"a b", "new\nline"} and parsed["a b"].size == 3
+
+
+@pytest.mark.parametrize("bad", ["nonsense\0", "zz 1 ./a\0", f"{'a' * 64} x ./a\0"])
+def test_unreadable_hash_output_is_a_protocol_error(bad):
+    with pytest.raises(ProviderProtocolError):
+        wire.parse_hash_output(bad)
+
+
+def test_commands_round_trip_through_the_simulator_parser():
+    assert wire.parse_command(wire.hash_command("my work'space")) == (
+        wire.HASH_TAG,
+        "my work'space",
+    )
+    assert wire.parse_command(wire.list_command("w")) == (wire.LIST_TAG, "w")
+    assert wire.parse_command("ls -la") is None
