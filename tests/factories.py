@@ -16,6 +16,7 @@ class UserFactory(DjangoModelFactory):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
+        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
     password = factory.django.Password("correct horse battery staple")
@@ -80,6 +81,7 @@ class EnvironmentLeaseFactory(DjangoModelFactory):
 
     class Meta:
         model = m.EnvironmentLease
+        skip_postgeneration_save = True
 
     environment = factory.SubFactory(EnvironmentFactory)
     issue = factory.SubFactory(IssueFactory)

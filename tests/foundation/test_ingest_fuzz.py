@@ -1,0 +1,185 @@
+"""Property-based: malformed payloads never cause a 500 or a partial write."""
+
+import copy
+import json
+
+import pytest
+from django.apps import apps
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sandboxes import models as m
+
+from .events import event, graph, uid
+
+pytestmark = pytest.mark.django_db
+
+MIRRORED = [
+    model for model in apps.get_app_config("sandboxes").get_models() if model not in (m.ApiToken,)
+]
+
+# Required fields by kind of value, per event type (DOMAIN §4.1).
+UUIDS = {
+    "environment_id",
+    "issue_id",
+    "workspace_id",
+    "run_id",
+    "lease_id",
+    "intent_id",
+    "export_id",
+    "action_id",
+}
+ENUMS = {"provider", "status", "lease_policy", "save_state", "kind", "state", "disposition"}
+TIMES = {"acquired_at", "confirmed_at"}
+TEXTS = {"name", "provider_lease_id"}
+
+bad_uuid = st.one_of(
+    st.just("not-a-uuid"),
+    st.integers(),
+    st.none(),
+    st.lists(st.integers()),
+    st.text(max_size=20).filter(lambda s: len(s) != 36),
+)
+bad_enum = st.one_of(
+    st.sampled_from(["bogus", "", "ACTIVE", "Running"]), st.integers(), st.none(), st.booleans()
+)
+bad_time = st.one_of(
+    st.sampled_from(["yesterday", "2026-11-01T00:00:00", "2026-13-40T99:00:00Z", ""]),
+    st.integers(),
+    st.none(),
+    st.floats(allow_nan=False),
+)
+bad_text = st.one_of(st.just(""), st.text(min_size=201, max_size=260), st.integers(), st.none())
+BAD = {
+    **dict.fromkeys(UUIDS, bad_uuid),
+    **dict.fromkeys(ENUMS, bad_enum),
+    **dict.fromkeys(TIMES, bad_time),
+    **dict.fromkeys(TEXTS, bad_text),
+}
+
+
+def valid_batch():
+    ids, events = graph()
+    events += [
+        event("lease.released", {"lease_id": ids["lease"], "disposition": "stop_and_retain"}),
+        event(
+            "receipt.recorded",
+            {
+                "lease_id": ids["lease"],
+                "kind": "termination",
+                "state": "stopped",
+                "run_id": ids["run"],
+                "provider_lease_id": "sbx-1",
+                "confirmed_at": "2026-11-01T03:00:00Z",
+            },
+        ),
+        event(
+            "intent.upserted",
+            {"intent_id": uid(), "lease_id": ids["lease"], "kind": "restore", "state": "pending"},
+        ),
+        event(
+            "export.upserted", {"export_id": uid(), "lease_id": ids["lease"], "state": "pending"}
+        ),
+        event(
+            "recovery_action.upserted",
+            {
+                "action_id": uid(),
+                "issue_id": ids["issue"],
+                "kind": "workspace_restore",
+                "status": "active",
+            },
+        ),
+    ]
+    return events
+
+
+@st.composite
+def malformed_batches(draw):
+    events = valid_batch()
+    index = draw(st.integers(0, len(events) - 1))
+    target = events[index]
+    how = draw(st.sampled_from(["field", "drop", "envelope", "shape"]))
+    if how == "field":
+        field = draw(st.sampled_from(sorted(f for f in target["data"] if f in BAD)))
+        target["data"][field] = draw(BAD[field])
+    elif how == "drop":
+        field = draw(st.sampled_from(sorted(f for f in target["data"] if f in BAD)))
+        del target["data"][field]
+    elif how == "envelope":
+        key = draw(st.sampled_from(["id", "type", "occurred_at", "data"]))
+        bad = {
+            "id": st.one_of(st.just(""), st.integers(), st.none()),
+            "type": st.one_of(st.text(max_size=20), st.integers(), st.none()),
+            "occurred_at": bad_time,
+            "data": st.one_of(st.lists(st.integers()), st.text(), st.integers(), st.none()),
+        }
+        if draw(st.booleans()):
+            target[key] = draw(bad[key])
+        else:
+            del target[key]
+    else:
+        events[index] = draw(st.one_of(st.none(), st.integers(), st.text(), st.lists(st.none())))
+    return {"events": events}
+
+
+random_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def counts():
+    return [model.objects.count() for model in MIRRORED]
+
+
+@pytest.fixture
+def post(client, ingest_token):
+    _, raw = ingest_token
+
+    def post(body: str):
+        return client.post(
+            "/api/v1/events",
+            body,
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {raw}",
+        )
+
+    return post
+
+
+def test_the_unmutated_batch_is_valid(post):
+    assert post(json.dumps({"events": valid_batch()})).status_code == 200
+
+
+@settings(
+    max_examples=450,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(payload=malformed_batches())
+def test_malformed_batches_are_refused_whole(post, payload):
+    before = counts()
+    response = post(json.dumps(copy.deepcopy(payload)))
+    assert response.status_code == 400, response.content
+    errors = response.json()["errors"]
+    assert errors and all({"index", "path", "message"} <= set(e) for e in errors)
+    assert counts() == before
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(payload=random_json)
+def test_arbitrary_json_never_errors_or_writes(post, payload):
+    before = counts()
+    response = post(json.dumps(payload))
+    if payload == {"events": []} or (isinstance(payload, dict) and payload.get("events") == []):
+        assert response.status_code == 200
+    else:
+        assert response.status_code == 400, response.content
+    assert counts() == before
