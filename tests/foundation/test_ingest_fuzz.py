@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sandboxes import models as m
+from sandboxes.ingest.schemas import EVENT_TYPES
 
 from .events import event, graph, uid
 
@@ -50,6 +51,10 @@ bad_time = st.one_of(
     st.floats(allow_nan=False),
 )
 bad_text = st.one_of(st.just(""), st.text(min_size=201, max_size=260), st.integers(), st.none())
+REQUIRED = {
+    type_: {name for name, field in schema.model_fields.items() if field.is_required()}
+    for type_, schema in EVENT_TYPES.items()
+}
 BAD = {
     **dict.fromkeys(UUIDS, bad_uuid),
     **dict.fromkeys(ENUMS, bad_enum),
@@ -99,12 +104,12 @@ def malformed_batches(draw):
     index = draw(st.integers(0, len(events) - 1))
     target = events[index]
     how = draw(st.sampled_from(["field", "drop", "envelope", "shape"]))
+    required = [f for f in target["data"] if f in BAD and f in REQUIRED[target["type"]]]
     if how == "field":
-        field = draw(st.sampled_from(sorted(f for f in target["data"] if f in BAD)))
+        field = draw(st.sampled_from(required))
         target["data"][field] = draw(BAD[field])
     elif how == "drop":
-        field = draw(st.sampled_from(sorted(f for f in target["data"] if f in BAD)))
-        del target["data"][field]
+        del target["data"][draw(st.sampled_from(required))]
     elif how == "envelope":
         key = draw(st.sampled_from(["id", "type", "occurred_at", "data"]))
         bad = {
