@@ -297,7 +297,10 @@ class DaytonaProvider(RetryingProvider):
                         operation="list",
                     )
                 for item in items:
-                    yield sandbox_info(item)
+                    info = sandbox_info(item)
+                    # A server that ignores the filter must not widen the listing.
+                    if all(info.labels.get(k) == v for k, v in (labels or {}).items()):
+                        yield info
                 if not cursor:
                     return
                 if cursor in seen_cursors:

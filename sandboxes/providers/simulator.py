@@ -12,11 +12,14 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import posixpath
 import random
 import re
 import shlex
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import httpx
@@ -794,3 +798,37 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class SimulatorProcess:
+    """Run the simulator in a child process (benchmarks, chaos runs): its memory stays
+    out of the measuring process."""
+
+    def __init__(self, *args: str, seed: int = 0):
+        self.args = ["--port", "0", "--seed", str(seed), *args]
+        self.process: subprocess.Popen | None = None
+        self.url = ""
+
+    def __enter__(self) -> SimulatorProcess:
+        root = Path(__file__).resolve().parents[2]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sandboxes.providers.simulator", *self.args],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.process.stdout.readline()
+        if "listening on" not in line:
+            self.process.kill()
+            raise RuntimeError(f"simulator did not start: {line!r}")
+        self.url = line.rsplit(" ", 1)[-1].strip()
+        return self
+
+    @property
+    def control(self) -> SimulatorControl:
+        return SimulatorControl(self.url)
+
+    def __exit__(self, *exc):
+        self.process.terminate()
+        self.process.wait(timeout=10)
