@@ -7,6 +7,8 @@ from sandboxes.providers import simulator
 
 class Command(BaseCommand):
     help = "Serve a Daytona-compatible simulator with seeded fault injection on loopback."
+    # It needs neither the database nor the URLconf: start even when those are broken.
+    requires_system_checks = []
 
     def add_arguments(self, parser):
         simulator.add_arguments(parser)
