@@ -433,3 +433,13 @@ def test_transient_errors_are_provider_errors():
 )
 def test_retry_after_parsing(value, expected):
     assert _retry_after(value) == expected
+
+
+def test_open_files_falls_back_to_single_downloads_without_bulk_download(daytona, sim):
+    box = seeded(daytona, files=FILES)
+    sim.faults(script=[{"operation": "bulk_download", "status": 404, "times": 99}])
+    paths = list(FILES)
+    got = {p: b"".join(c) for p, c in daytona.open_files(box.id, "workspace", paths)}
+    assert got == FILES
+    downloads = sim.calls(operation="download")
+    assert len(downloads) == len(FILES) and all(c["skip_activity"] for c in downloads)
