@@ -1,6 +1,14 @@
+import os
+
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from sandboxes.models import ApiToken
+
+# CI replays the same generated cases every run, so a red build is reproducible.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 
 @pytest.fixture

@@ -107,7 +107,8 @@ def malformed_batches(draw):
     required = [f for f in target["data"] if f in BAD and f in REQUIRED[target["type"]]]
     if how == "field":
         field = draw(st.sampled_from(required))
-        target["data"][field] = draw(BAD[field])
+        free_text = target["type"] == "recovery_action.upserted" and field == "kind"
+        target["data"][field] = draw(bad_text if free_text else BAD[field])
     elif how == "drop":
         del target["data"][draw(st.sampled_from(required))]
     elif how == "envelope":
