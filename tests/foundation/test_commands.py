@@ -1,0 +1,101 @@
+"""manage.py create_token, load_events and ensure_login."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from sandboxes import models as m
+
+from .events import event, graph
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_token_prints_the_token_alone_on_its_last_line():
+    out, err = StringIO(), StringIO()
+    call_command("create_token", "runtime-eu", scope="ingest", stdout=out, stderr=err)
+    raw = out.getvalue().strip().splitlines()[-1]
+    token = m.ApiToken.objects.get()
+    assert (token.name, token.scope) == ("runtime-eu", "ingest")
+    assert m.ApiToken.authenticate(raw) == token
+    assert raw not in token.token_hash
+    assert "not shown again" in err.getvalue()
+
+
+def test_create_token_refuses_an_unknown_scope():
+    with pytest.raises(CommandError, match="scope"):
+        call_command("create_token", "x", scope="root")
+    assert not m.ApiToken.objects.exists()
+
+
+def write_lines(tmp_path, events, extra_lines=()):
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join([*(json.dumps(e) for e in events), *extra_lines]) + "\n")
+    return str(path)
+
+
+def test_load_events_applies_a_file_and_is_idempotent(tmp_path):
+    ids, events = graph()
+    path = write_lines(tmp_path, events)
+    out = StringIO()
+    call_command("load_events", path, stdout=out)
+    assert "accepted 5, duplicates 0" in out.getvalue()
+    assert m.EnvironmentLease.objects.filter(pk=ids["lease"]).exists()
+    call_command("load_events", path, stdout=out)
+    assert "accepted 0, duplicates 5" in out.getvalue()
+
+
+def test_load_events_with_a_bad_line_loads_nothing_and_names_it(tmp_path):
+    _, events = graph()
+    events[3]["data"]["status"] = "exploded"
+    path = write_lines(tmp_path, events, extra_lines=["{not json"])
+    with pytest.raises(CommandError) as raised:
+        call_command("load_events", path)
+    message = str(raised.value)
+    assert "line 4: data.status" in message
+    assert "line 6: not valid JSON" in message
+    assert m.Environment.objects.count() == 0
+
+
+def test_load_events_rejects_a_release_of_an_unknown_lease(tmp_path):
+    _, events = graph()
+    events.append(
+        event(
+            "lease.released",
+            {"lease_id": "7d7f1c4e-4b7a-4a57-8e39-4b8a0a3e9d11", "disposition": "destroy"},
+        )
+    )
+    with pytest.raises(CommandError, match="unknown lease"):
+        call_command("load_events", write_lines(tmp_path, events))
+    assert m.Environment.objects.count() == 0
+
+
+def test_load_events_names_a_missing_file():
+    with pytest.raises(CommandError, match="cannot read"):
+        call_command("load_events", "/nonexistent/events.jsonl")
+
+
+def test_ensure_login_creates_an_admin_once(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    out = StringIO()
+    call_command("ensure_login", stdout=out)
+    username, password = out.getvalue().strip().split(" / ")
+    from django.contrib.auth import authenticate
+
+    user = authenticate(username=username, password=password)
+    assert user is not None and user.groups.filter(name="admins").exists()
+    again = StringIO()
+    call_command("ensure_login", stdout=again)
+    assert again.getvalue() == out.getvalue()
+    assert oct((tmp_path / "login.txt").stat().st_mode & 0o777) == "0o600"
+
+
+def test_demo_fleet_enters_through_ingest_and_is_repeatable():
+    call_command("demo_fleet", quiet=True)
+    first = m.EnvironmentLease.objects.count()
+    assert first > 0
+    assert m.IngestedEvent.objects.filter(source="demo").count() > 0
+    call_command("demo_fleet", quiet=True)
+    assert m.EnvironmentLease.objects.count() == first
