@@ -1,7 +1,31 @@
 from django.urls import path
 
-from sandboxes import views
+from sandboxes.views import admin_pages, approvals, audit, dashboard, sandboxes
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", dashboard.dashboard, name="dashboard"),
+    path("sandboxes/", sandboxes.sandbox_list, name="sandbox-list"),
+    path("sandboxes/<uuid:pk>/", sandboxes.sandbox_detail, name="sandbox-detail"),
+    path(
+        "sandboxes/<uuid:pk>/provider-state/",
+        sandboxes.provider_state,
+        name="sandbox-provider-state",
+    ),
+    path("sandboxes/<uuid:pk>/approve/", sandboxes.approve, name="sandbox-approve"),
+    path("sandboxes/<uuid:pk>/retry/", sandboxes.retry, name="sandbox-retry"),
+    path("sandboxes/<uuid:pk>/hold/", sandboxes.hold, name="sandbox-hold"),
+    path("sandboxes/<uuid:pk>/release-hold/", sandboxes.release_hold, name="sandbox-release-hold"),
+    path("sandboxes/<uuid:pk>/attest/", sandboxes.attest, name="sandbox-attest"),
+    path("attachments/<uuid:pk>/", sandboxes.attachment_download, name="attachment"),
+    path("approvals/", approvals.approvals, name="approvals"),
+    path("approvals/approve/", approvals.bulk_approve, name="approvals-bulk"),
+    path("audit/", audit.audit, name="audit"),
+    path("audit/export.csv", audit.export_csv, name="audit-export-csv"),
+    path("audit/export.json", audit.export_json, name="audit-export-json"),
+    path("passes/", admin_pages.passes, name="passes"),
+    path("environments/", admin_pages.environments, name="environments"),
+    path("environments/<uuid:pk>/policy/", admin_pages.edit_policy, name="environment-policy"),
+    path("tokens/", admin_pages.tokens, name="tokens"),
+    path("tokens/new/", admin_pages.create_token, name="token-create"),
+    path("tokens/<uuid:pk>/revoke/", admin_pages.revoke_token, name="token-revoke"),
 ]

@@ -1,0 +1,367 @@
+"""Operator actions on kept sandboxes, environments and tokens: one function each,
+shared by the console's buttons and the read-and-act API (DOMAIN §4.2, §5).
+
+Every action checks its permission, locks the row, re-reads it, changes it and
+writes exactly one audit row with the before and after, all in one transaction.
+The reconciler does the provider work; an action only records a decision and
+makes the retirement due now.
+"""
+
+import uuid
+from datetime import timedelta
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from sandboxes import audit
+from sandboxes.models import ApiToken, Environment, Receipt, Retirement
+from sandboxes.models.choices import (
+    STAGES_CLOSED,
+    HoldCode,
+    ReceiptKind,
+    RetirementMode,
+    Stage,
+    TokenScope,
+)
+from sandboxes.proof import has_approval, proof_for
+
+MAX_BULK_APPROVE = 50
+
+# What an operator-scope API token may do: the operators' buttons, nothing more.
+_TOKEN_PERMISSIONS = {
+    TokenScope.OPERATOR: {"approve_retirement", "retry_retirement", "hold_retirement"},
+}
+
+
+class ActionRefused(Exception):
+    """The action is not allowed in the record's current state; the message says why."""
+
+
+def actor_label(actor) -> str:
+    if isinstance(actor, ApiToken):
+        return f"token:{actor.name}"
+    return actor.get_username()
+
+
+def can(actor, codename: str) -> bool:
+    if isinstance(actor, ApiToken):
+        return actor.revoked_at is None and codename in _TOKEN_PERMISSIONS.get(actor.scope, ())
+    return bool(
+        actor is not None
+        and getattr(actor, "is_authenticated", False)
+        and actor.has_perm(f"sandboxes.{codename}")
+    )
+
+
+def _require(actor, codename: str) -> None:
+    if not can(actor, codename):
+        raise PermissionDenied(f"{codename.replace('_', ' ')} is not allowed for this account")
+
+
+def _reason(reason: str | None) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise ActionRefused("A reason is required.")
+    if len(reason) > 2000:
+        raise ActionRefused("Keep the reason under 2,000 characters.")
+    return reason
+
+
+def snapshot(r: Retirement) -> dict:
+    """The fields an operator action can change, as JSON for the audit row."""
+    return {
+        "stage": r.stage,
+        "holds": list(r.holds or []),
+        "operator_hold_reason": r.operator_hold_reason,
+        "next_attempt_at": r.next_attempt_at.isoformat() if r.next_attempt_at else None,
+        "attempts": r.attempts,
+        "needs_attention": r.needs_attention,
+    }
+
+
+def _locked(retirement_id) -> Retirement:
+    try:
+        return Retirement.objects.select_for_update(of=("self",)).get(pk=retirement_id)
+    except Retirement.DoesNotExist:
+        raise ActionRefused("No such kept sandbox.") from None
+
+
+def _require_open(r: Retirement) -> None:
+    if r.stage in STAGES_CLOSED:
+        raise ActionRefused(f"This retirement is closed ({r.stage}); nothing is left to do.")
+
+
+def _save(r: Retirement, *fields: str) -> None:
+    r.save(update_fields=[*fields, "updated_at"])
+
+
+def _receipt(r: Retirement, kind: str, payload: dict, label: str, now) -> Receipt:
+    return Receipt.objects.create(
+        kind=kind,
+        lease_id=r.lease_id,
+        run_id=r.lease.heartbeat_run_id,
+        retirement=r,
+        provider_lease_id=r.provider_lease_id,
+        confirmed_at=now,
+        request_id=uuid.uuid4().hex,
+        payload=payload,
+        actor=label,
+    )
+
+
+@transaction.atomic
+def approve(retirement_id, *, actor, reason: str) -> Retirement:
+    """Approve a manual retirement; refused unless it awaits approval and the proof exists."""
+    _require(actor, "approve_retirement")
+    reason = _reason(reason)
+    r = _locked(retirement_id)
+    if r.stage != Stage.AWAITING_APPROVAL:
+        raise ActionRefused(
+            f"Only a retirement awaiting approval can be approved; this one is {r.stage}."
+        )
+    proof = proof_for(r)
+    if not proof:
+        raise ActionRefused(
+            f"Cannot approve: there is no proof that this sandbox holds no unsaved work "
+            f"({proof.reason})."
+        )
+    if has_approval(r):
+        raise ActionRefused("Already approved; the reconciler retires it on its next pass.")
+    now = timezone.now()
+    before = snapshot(r)
+    label = actor_label(actor)
+    receipt = _receipt(r, ReceiptKind.APPROVAL, {"user": label, "reason": reason}, label, now)
+    r.next_attempt_at = now
+    _save(r, "next_attempt_at")
+    audit.record(
+        actor=actor,
+        action="retirement.approve",
+        obj=r,
+        reason=reason,
+        before=before,
+        after={**snapshot(r), "receipt": str(receipt.pk), "proof": proof.reason},
+    )
+    return r
+
+
+@transaction.atomic
+def retry(retirement_id, *, actor, reason: str) -> Retirement:
+    """Make the retirement due now; the reconciler decides what the next step is."""
+    _require(actor, "retry_retirement")
+    reason = _reason(reason)
+    r = _locked(retirement_id)
+    _require_open(r)
+    before = snapshot(r)
+    r.next_attempt_at = timezone.now()
+    _save(r, "next_attempt_at")
+    audit.record(
+        actor=actor,
+        action="retirement.retry",
+        obj=r,
+        reason=reason,
+        before=before,
+        after=snapshot(r),
+    )
+    return r
+
+
+@transaction.atomic
+def hold(retirement_id, *, actor, reason: str) -> Retirement:
+    _require(actor, "hold_retirement")
+    reason = _reason(reason)
+    r = _locked(retirement_id)
+    _require_open(r)
+    if r.operator_hold_reason:
+        raise ActionRefused("An operator already holds this sandbox; release that hold first.")
+    before = snapshot(r)
+    label = actor_label(actor)
+    r.operator_hold_reason = reason
+    r.stage = Stage.HELD
+    r.holds = [*[h for h in (r.holds or []) if h != HoldCode.OPERATOR_HOLD], HoldCode.OPERATOR_HOLD]
+    r.hold_reasons = {
+        **(r.hold_reasons or {}),
+        HoldCode.OPERATOR_HOLD: f"Held by {label}: {reason}",
+    }
+    _save(r, "operator_hold_reason", "stage", "holds", "hold_reasons")
+    audit.record(
+        actor=actor,
+        action="retirement.hold",
+        obj=r,
+        reason=reason,
+        before=before,
+        after=snapshot(r),
+    )
+    return r
+
+
+@transaction.atomic
+def release_hold(retirement_id, *, actor, reason: str) -> Retirement:
+    _require(actor, "hold_retirement")
+    reason = _reason(reason)
+    r = _locked(retirement_id)
+    _require_open(r)
+    if not r.operator_hold_reason and HoldCode.OPERATOR_HOLD not in (r.holds or []):
+        raise ActionRefused("No operator hold to release on this sandbox.")
+    before = snapshot(r)
+    r.operator_hold_reason = ""
+    r.holds = [h for h in (r.holds or []) if h != HoldCode.OPERATOR_HOLD]
+    r.hold_reasons = {
+        k: v for k, v in (r.hold_reasons or {}).items() if k != HoldCode.OPERATOR_HOLD
+    }
+    # The stage stays as it is: the reconciler recomputes holds and stage when due.
+    r.next_attempt_at = timezone.now()
+    _save(r, "operator_hold_reason", "holds", "hold_reasons", "next_attempt_at")
+    audit.record(
+        actor=actor,
+        action="retirement.release_hold",
+        obj=r,
+        reason=reason,
+        before=before,
+        after=snapshot(r),
+    )
+    return r
+
+
+@transaction.atomic
+def attest(retirement_id, *, actor, typed_sandbox_id: str, reason: str) -> Retirement:
+    """An admin discards the sandbox's unsaved work: the `operator_attested` proof."""
+    _require(actor, "attest_retirement")
+    reason = _reason(reason)
+    r = _locked(retirement_id)
+    _require_open(r)
+    typed = (typed_sandbox_id or "").strip()
+    if typed != r.provider_lease_id:
+        raise ActionRefused(
+            "Type the sandbox id exactly as shown to confirm that its unsaved work is discarded."
+        )
+    now = timezone.now()
+    before = snapshot(r)
+    label = actor_label(actor)
+    receipt = _receipt(
+        r,
+        ReceiptKind.OPERATOR_ATTESTED,
+        {"typed_sandbox_id": typed, "reason": reason, "user": label},
+        label,
+        now,
+    )
+    r.next_attempt_at = now
+    _save(r, "next_attempt_at")
+    audit.record(
+        actor=actor,
+        action="retirement.attest",
+        obj=r,
+        reason=reason,
+        before=before,
+        after={**snapshot(r), "receipt": str(receipt.pk)},
+    )
+    return r
+
+
+def bulk_approve(retirement_ids, *, actor, reason: str) -> tuple[list, dict]:
+    """Approve each id in its own transaction; returns (approved ids, {id: refusal})."""
+    _require(actor, "approve_retirement")
+    reason = _reason(reason)
+    ids = list(dict.fromkeys(str(i) for i in retirement_ids))
+    if not ids:
+        raise ActionRefused("Select at least one retirement to approve.")
+    if len(ids) > MAX_BULK_APPROVE:
+        raise ActionRefused(f"Approve at most {MAX_BULK_APPROVE} retirements at a time.")
+    approved, refused = [], {}
+    for rid in ids:
+        try:
+            approve(rid, actor=actor, reason=reason)
+        except ActionRefused as exc:
+            refused[rid] = str(exc)
+        else:
+            approved.append(rid)
+    return approved, refused
+
+
+POLICY_FIELDS = ("retirement_mode", "warm_retention", "max_retirements_per_pass", "workspace_root")
+
+
+def _policy(env: Environment) -> dict:
+    return {
+        "retirement_mode": env.retirement_mode,
+        "warm_retention_hours": env.warm_retention.total_seconds() / 3600,
+        "max_retirements_per_pass": env.max_retirements_per_pass,
+        "workspace_root": env.workspace_root,
+    }
+
+
+@transaction.atomic
+def edit_policy(
+    environment_id,
+    *,
+    actor,
+    reason: str,
+    retirement_mode: str,
+    warm_retention_hours: float,
+    max_retirements_per_pass: int,
+    workspace_root: str,
+) -> Environment:
+    _require(actor, "edit_policy")
+    reason = _reason(reason)
+    if retirement_mode not in RetirementMode.values:
+        raise ActionRefused(f"Unknown retirement mode {retirement_mode!r}.")
+    env = Environment.objects.select_for_update().get(pk=environment_id)
+    before = _policy(env)
+    env.retirement_mode = retirement_mode
+    env.warm_retention = timedelta(hours=warm_retention_hours)
+    env.max_retirements_per_pass = max_retirements_per_pass
+    env.workspace_root = workspace_root
+    after = _policy(env)
+    if after == before:
+        raise ActionRefused("Nothing changed.")
+    env.save(update_fields=[*POLICY_FIELDS, "updated_at"])
+    audit.record(
+        actor=actor,
+        action="environment.edit_policy",
+        obj=env,
+        reason=reason,
+        before=before,
+        after=after,
+        sandbox_id="",
+    )
+    return env
+
+
+@transaction.atomic
+def create_token(*, actor, name: str, scope: str, reason: str = "") -> tuple[ApiToken, str]:
+    _require(actor, "manage_tokens")
+    name = (name or "").strip()
+    if not name:
+        raise ActionRefused("Give the token a name.")
+    if scope not in TokenScope.values:
+        raise ActionRefused(f"Unknown scope {scope!r}.")
+    token, raw = ApiToken.issue(name, scope, created_by=actor)
+    audit.record(
+        actor=actor,
+        action="token.create",
+        obj=token,
+        reason=reason.strip(),
+        before={},
+        after={"name": name, "scope": scope, "prefix": token.prefix},
+    )
+    return token, raw
+
+
+@transaction.atomic
+def revoke_token(token_id, *, actor, reason: str = "") -> ApiToken:
+    _require(actor, "manage_tokens")
+    token = ApiToken.objects.select_for_update().get(pk=token_id)
+    if token.revoked_at is not None:
+        raise ActionRefused("This token is already revoked.")
+    before = {"name": token.name, "scope": token.scope, "revoked_at": None}
+    token.revoked_at = timezone.now()
+    token.save(update_fields=["revoked_at"])
+    audit.record(
+        actor=actor,
+        action="token.revoke",
+        obj=token,
+        reason=reason.strip(),
+        before=before,
+        after={**before, "revoked_at": token.revoked_at.isoformat()},
+    )
+    return token

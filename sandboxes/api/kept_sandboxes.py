@@ -1,0 +1,158 @@
+"""GET/POST /api/v1/kept-sandboxes — the read-and-act API (DOMAIN §4.2) for
+operator-scope tokens. Actions go through `sandboxes.actions`, the same code
+path and audit rows as the console's buttons."""
+
+import json
+import uuid
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import Case, IntegerField, Value, When
+from django.http import JsonResponse
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from sandboxes import actions
+from sandboxes.models import Receipt, Retirement
+from sandboxes.models.choices import STAGES_CLOSED, HoldCode, RetirementKind, Stage, TokenScope
+from sandboxes.views.common import hold_filter, keyset_page
+
+from .auth import token_required
+
+DEFAULT_LIMIT, MAX_LIMIT = 50, 200
+
+
+def _iso(value):
+    return value.isoformat() if value else None
+
+
+def summary(r: Retirement) -> dict:
+    return {
+        "sandbox_id": r.provider_lease_id,
+        "provider": r.provider,
+        "provider_state": r.provider_state or None,
+        "lease_id": str(r.lease_id),
+        "kind": r.kind,
+        "stage": r.stage,
+        "holds": list(r.holds or []),
+        "attempts": r.attempts,
+        "next_attempt_at": _iso(r.next_attempt_at),
+        "needs_attention": r.needs_attention,
+    }
+
+
+def detail(r: Retirement) -> dict:
+    receipts = Receipt.objects.filter(
+        provider_lease_id=r.provider_lease_id, lease__provider=r.provider
+    ).order_by("confirmed_at", "created_at")
+    return {
+        **summary(r),
+        "receipts": [
+            {"kind": x.kind, "confirmed_at": _iso(x.confirmed_at), "payload": x.payload}
+            for x in receipts
+        ],
+    }
+
+
+def _bad(message: str, status: int = 400) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+@require_GET
+@token_required(TokenScope.OPERATOR)
+def kept_sandboxes(request):
+    params = request.GET
+    qs = Retirement.objects.all()
+    stage = params.get("stage", "")
+    if stage in ("", "open"):
+        qs = qs.exclude(stage__in=list(STAGES_CLOSED))
+    elif stage != "all":
+        if stage not in Stage.values:
+            return _bad(f"unknown stage {stage!r}")
+        qs = qs.filter(stage=stage)
+    if kind := params.get("kind"):
+        if kind not in RetirementKind.values:
+            return _bad(f"unknown kind {kind!r}")
+        qs = qs.filter(kind=kind)
+    if code := params.get("hold"):
+        if code not in HoldCode.values:
+            return _bad(f"unknown hold {code!r}")
+        qs = hold_filter(qs, code)
+    if env := params.get("environment"):
+        try:
+            qs = qs.filter(environment_id=uuid.UUID(env))
+        except ValueError:
+            qs = qs.filter(environment__name=env)
+    try:
+        limit = min(max(int(params.get("limit", DEFAULT_LIMIT)), 1), MAX_LIMIT)
+    except ValueError:
+        return _bad("limit must be an integer")
+    page = keyset_page(qs, order="listed_at", cursor=params.get("cursor"), size=limit)
+    next_url = None
+    if page.next_cursor:
+        query = params.copy()
+        query["cursor"] = page.next_cursor
+        next_url = request.build_absolute_uri(
+            f"{reverse('api-kept-sandboxes')}?{query.urlencode()}"
+        )
+    return JsonResponse({"results": [summary(r) for r in page.items], "next": next_url})
+
+
+def _current(provider_lease_id: str) -> Retirement | None:
+    """The open record for the sandbox, else its most recent closed one."""
+    return (
+        Retirement.objects.filter(provider_lease_id=provider_lease_id)
+        .annotate(
+            closed=Case(
+                When(stage__in=list(STAGES_CLOSED), then=Value(1)),
+                default=Value(0),
+                output_field=IntegerField(),
+            )
+        )
+        .order_by("closed", "-listed_at")
+        .first()
+    )
+
+
+@require_GET
+@token_required(TokenScope.OPERATOR)
+def kept_sandbox(request, sandbox_id):
+    r = _current(sandbox_id)
+    if r is None:
+        return _bad("the console keeps no record of this sandbox", 404)
+    return JsonResponse(detail(r))
+
+
+ACTIONS = {
+    "approve": actions.approve,
+    "retry": actions.retry,
+    "hold": actions.hold,
+    "release-hold": actions.release_hold,
+}
+
+
+@csrf_exempt  # machine clients authenticate with a bearer token, not a session
+@require_POST
+@token_required(TokenScope.OPERATOR)
+def act(request, sandbox_id, action):
+    call = ACTIONS.get(action)
+    if call is None:
+        return _bad(f"unknown action {action!r}", 404)
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return _bad("body is not valid JSON")
+    reason = body.get("reason") if isinstance(body, dict) else None
+    if not isinstance(reason, str) or not reason.strip():
+        return _bad('a non-empty "reason" is required')
+    r = _current(sandbox_id)
+    if r is None:
+        return _bad("the console keeps no record of this sandbox", 404)
+    try:
+        call(r.pk, actor=request.api_token, reason=reason)
+    except PermissionDenied as exc:
+        return _bad(str(exc) or "not allowed", 403)
+    except actions.ActionRefused as exc:
+        return _bad(str(exc), 409)
+    r.refresh_from_db()
+    return JsonResponse(detail(r))

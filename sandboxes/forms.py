@@ -1,0 +1,119 @@
+"""Forms of the operator console: list filters, action reasons, policy and tokens."""
+
+from django import forms
+
+from sandboxes.actions import MAX_BULK_APPROVE
+from sandboxes.models.choices import HoldCode, RetirementKind, RetirementMode, Stage, TokenScope
+from sandboxes.providers.base import SandboxState
+
+
+def _blank(label: str, choices) -> list[tuple[str, str]]:
+    return [("", label), *[(v, v.replace("_", " ")) for v in choices]]
+
+
+SORTS = {
+    "-updated_at": "Recently changed",
+    "updated_at": "Least recently changed",
+    "-listed_at": "Newest listed",
+    "listed_at": "Oldest listed",
+    "provider_lease_id": "Sandbox id",
+    "-attempts": "Most attempts",
+}
+
+
+class KeptFilterForm(forms.Form):
+    """The kept-sandbox list's filters; they live in the URL."""
+
+    q = forms.CharField(
+        required=False,
+        label="Search",
+        widget=forms.TextInput(
+            attrs={"placeholder": "sandbox id, task key, lease id or run id", "type": "search"}
+        ),
+    )
+    stage = forms.ChoiceField(
+        required=False,
+        choices=[("", "open stages"), ("all", "all stages")]
+        + [(v, v.replace("_", " ")) for v in Stage.values],
+    )
+    kind = forms.ChoiceField(required=False, choices=_blank("any kind", RetirementKind.values))
+    hold = forms.ChoiceField(required=False, choices=_blank("any hold", HoldCode.values))
+    environment = forms.ChoiceField(required=False, choices=[("", "any environment")])
+    provider_state = forms.ChoiceField(
+        required=False,
+        label="Provider state",
+        choices=_blank("any provider state", [s.value for s in SandboxState]),
+    )
+    attention = forms.ChoiceField(
+        required=False,
+        label="Needs attention",
+        choices=[("", "attention: any"), ("yes", "needs attention"), ("no", "no attention")],
+    )
+    sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
+
+    def __init__(self, *args, environments=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["environment"].choices = [("", "any environment")] + [
+            (str(e.pk), e.name) for e in environments
+        ]
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=2000, widget=forms.TextInput())
+
+
+class AttestForm(forms.Form):
+    typed_sandbox_id = forms.CharField(max_length=200, label="Type the sandbox id")
+    reason = forms.CharField(max_length=2000)
+
+
+class BulkApproveForm(forms.Form):
+    reason = forms.CharField(max_length=2000)
+    ids = forms.MultipleChoiceField(choices=(), required=True)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Ids are checked by the action itself under the row lock.
+        self.fields["ids"].choices = [(v, v) for v in self.data.getlist("ids")] if self.data else []
+
+    def clean_ids(self):
+        ids = self.cleaned_data["ids"]
+        if len(ids) > MAX_BULK_APPROVE:
+            raise forms.ValidationError(
+                f"Approve at most {MAX_BULK_APPROVE} retirements at a time ({len(ids)} selected)."
+            )
+        return ids
+
+
+class PolicyForm(forms.Form):
+    retirement_mode = forms.ChoiceField(choices=RetirementMode.choices)
+    warm_retention_hours = forms.FloatField(
+        min_value=0, max_value=24 * 365, label="Warm retention (hours)"
+    )
+    max_retirements_per_pass = forms.IntegerField(min_value=0, max_value=100000)
+    workspace_root = forms.CharField(max_length=500)
+    reason = forms.CharField(max_length=2000)
+
+    def clean_workspace_root(self):
+        root = self.cleaned_data["workspace_root"].strip()
+        if not root or ".." in root.split("/"):
+            raise forms.ValidationError("A workspace root is a path without '..'.")
+        return root
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    scope = forms.ChoiceField(choices=TokenScope.choices, initial=TokenScope.OPERATOR)
+    reason = forms.CharField(max_length=2000, required=False)
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(required=False)
+    action = forms.CharField(required=False)
+    sandbox = forms.CharField(required=False, label="Sandbox id")
+    since = forms.DateTimeField(
+        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    until = forms.DateTimeField(
+        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )

@@ -1,0 +1,36 @@
+"""Small template helpers for the console: labels, lookups and payload shapes."""
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def get_item(mapping, key):
+    if not mapping:
+        return ""
+    return mapping.get(key, "")
+
+
+@register.filter
+def label(value):
+    """`awaiting_approval` → `awaiting approval`."""
+    return str(value or "").replace("_", " ")
+
+
+@register.filter
+def files(items):
+    """A receipt's file list as dicts, whether it holds paths or {path, size, ...}."""
+    out = []
+    for item in items or []:
+        if isinstance(item, dict):
+            out.append(item)
+        else:
+            out.append({"path": str(item)})
+    return out
+
+
+@register.simple_tag
+def nav_class(request, *names):
+    match = getattr(request, "resolver_match", None)
+    return "active" if match and match.url_name in names else ""

@@ -1,0 +1,1 @@
+"""HTML views of the operator console, one module per area."""

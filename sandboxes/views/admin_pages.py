@@ -1,0 +1,121 @@
+"""Reconciler passes, environment policy (admins edit) and API tokens (admins manage)."""
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from sandboxes import actions
+from sandboxes.forms import PolicyForm, TokenForm
+from sandboxes.models import ApiToken, Environment, ReconcilerPass
+from sandboxes.views.common import console_view, keyset_page, permission
+
+PASS_PAGE_SIZE = 50
+
+
+@console_view
+@require_GET
+def passes(request):
+    page = keyset_page(
+        ReconcilerPass.objects.all(),
+        order="-started_at",
+        cursor=request.GET.get("after"),
+        size=PASS_PAGE_SIZE,
+    )
+    return render(
+        request,
+        "sandboxes/passes.html",
+        {"page": page, "first_page": not request.GET.get("after")},
+    )
+
+
+def _policy_initial(env: Environment) -> dict:
+    return {
+        "retirement_mode": env.retirement_mode,
+        "warm_retention_hours": round(env.warm_retention.total_seconds() / 3600, 2),
+        "max_retirements_per_pass": env.max_retirements_per_pass,
+        "workspace_root": env.workspace_root,
+    }
+
+
+def _environments_context(request, *, bound: dict | None = None) -> dict:
+    rows = []
+    for env in Environment.objects.order_by("name"):
+        form = (bound or {}).get(env.pk) or PolicyForm(
+            initial=_policy_initial(env), prefix=str(env.pk)
+        )
+        rows.append({"env": env, "form": form})
+    return {"rows": rows, "can_edit": request.user.has_perm("sandboxes.edit_policy")}
+
+
+@console_view
+@require_GET
+def environments(request):
+    return render(request, "sandboxes/environments.html", _environments_context(request))
+
+
+@require_POST
+@console_view
+@permission("edit_policy")
+def edit_policy(request, pk):
+    env = get_object_or_404(Environment, pk=pk)
+    form = PolicyForm(request.POST, prefix=str(env.pk))
+    if form.is_valid():
+        try:
+            actions.edit_policy(env.pk, actor=request.user, **form.cleaned_data)
+        except actions.ActionRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Policy of {env.name} saved.")
+            return redirect("environments")
+    context = _environments_context(request, bound={env.pk: form})
+    return render(request, "sandboxes/environments.html", context, status=400)
+
+
+@console_view
+@permission("manage_tokens")
+@require_GET
+def tokens(request):
+    return render(request, "sandboxes/tokens.html", _tokens_context(TokenForm()))
+
+
+def _tokens_context(form, raw: str = "", created=None) -> dict:
+    return {
+        "tokens": ApiToken.objects.select_related("created_by").order_by("-created_at"),
+        "form": form,
+        "raw": raw,
+        "created": created,
+    }
+
+
+@require_POST
+@console_view
+@permission("manage_tokens")
+def create_token(request):
+    form = TokenForm(request.POST)
+    if form.is_valid():
+        try:
+            token, raw = actions.create_token(actor=request.user, **form.cleaned_data)
+        except actions.ActionRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            # Shown once, in this response only; the page is not cached.
+            response = render(
+                request, "sandboxes/tokens.html", _tokens_context(TokenForm(), raw, token)
+            )
+            response["Cache-Control"] = "no-store"
+            return response
+    return render(request, "sandboxes/tokens.html", _tokens_context(form), status=400)
+
+
+@require_POST
+@console_view
+@permission("manage_tokens")
+def revoke_token(request, pk):
+    token = get_object_or_404(ApiToken, pk=pk)
+    try:
+        actions.revoke_token(token.pk, actor=request.user, reason=request.POST.get("reason", ""))
+    except actions.ActionRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Token {token.name} revoked.")
+    return redirect("tokens")

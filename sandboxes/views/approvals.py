@@ -1,0 +1,97 @@
+"""The approvals queue: retirements awaiting approval, with their proof, and bulk approve."""
+
+from collections import defaultdict
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from sandboxes import actions
+from sandboxes.forms import BulkApproveForm
+from sandboxes.models import Receipt, Retirement
+from sandboxes.models.choices import ReceiptKind, Stage
+from sandboxes.proof import PROOF_KINDS, has_approval, proof_from_receipts
+from sandboxes.views.common import console_view, keyset_page, permission
+
+PAGE_SIZE = actions.MAX_BULK_APPROVE
+
+
+def queue_context(request, *, results=None, error="", form=None) -> dict:
+    page = keyset_page(
+        Retirement.objects.filter(stage=Stage.AWAITING_APPROVAL).select_related(
+            "environment", "lease__issue"
+        ),
+        order="listed_at",
+        cursor=request.GET.get("after"),
+        size=PAGE_SIZE,
+    )
+    by_retirement = defaultdict(list)
+    for receipt in Receipt.objects.filter(
+        retirement__in=[r.pk for r in page.items],
+        kind__in=[*PROOF_KINDS, ReceiptKind.APPROVAL],
+    ):
+        by_retirement[receipt.retirement_id].append(receipt)
+    rows = []
+    for r in page.items:
+        receipts = by_retirement[r.pk]
+        rows.append(
+            {
+                "r": r,
+                "proof": proof_from_receipts(r, receipts),
+                "approved": has_approval(r, receipts),
+            }
+        )
+    return {
+        "rows": rows,
+        "page": page,
+        "results": results,
+        "error": error,
+        "form": form or BulkApproveForm(),
+        "max_bulk": actions.MAX_BULK_APPROVE,
+        "can_approve": request.user.has_perm("sandboxes.approve_retirement"),
+    }
+
+
+@console_view
+@require_GET
+def approvals(request):
+    context = queue_context(request)
+    if request.htmx:
+        return render(request, "sandboxes/approvals.html#queue", context)
+    return render(request, "sandboxes/approvals.html", context)
+
+
+@require_POST
+@console_view
+@permission("approve_retirement")
+def bulk_approve(request):
+    form = BulkApproveForm(request.POST)
+    results, error = None, ""
+    if form.is_valid():
+        try:
+            approved, refused = actions.bulk_approve(
+                form.cleaned_data["ids"], actor=request.user, reason=form.cleaned_data["reason"]
+            )
+        except actions.ActionRefused as exc:
+            error = str(exc)
+        else:
+            results = {"approved": approved, "refused": refused}
+    else:
+        if "reason" in form.errors:
+            error = "A reason is required."
+        else:
+            error = form.errors["ids"][0] if "ids" in form.errors else "Select retirements."
+    if request.htmx:
+        context = queue_context(request, results=results, error=error, form=form)
+        response = render(request, "sandboxes/approvals.html#queue", context)
+        if results and results["approved"]:
+            trigger_client_event(response, "retirement-changed", {"bulk": len(results["approved"])})
+        return response
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, f"Approved {len(results['approved'])}.")
+        for rid, why in results["refused"].items():
+            messages.warning(request, f"{rid}: {why}")
+    return redirect("approvals")

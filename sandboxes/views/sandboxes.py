@@ -1,0 +1,315 @@
+"""Kept sandboxes: the filtered live list, one sandbox's detail, and the
+operator buttons (approve, retry, hold, release hold, attest)."""
+
+import uuid
+
+from django.contrib import messages
+from django.http import FileResponse, Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from sandboxes import actions
+from sandboxes.forms import AttestForm, KeptFilterForm, ReasonForm
+from sandboxes.models import Attachment, Environment, EnvironmentLease, Receipt, Retirement
+from sandboxes.models.choices import STAGES_CLOSED, ReceiptKind, Stage
+from sandboxes.proof import has_approval, proof_from_receipts
+from sandboxes.views.common import (
+    LIVE_TRIGGER,
+    console_view,
+    hold_filter,
+    keyset_page,
+    live_fingerprint,
+    permission,
+    query_without,
+    unchanged_poll,
+    with_etag,
+)
+
+PAGE_SIZE = 50
+
+# Shown when the reconciler left no explanation for a code (DOMAIN §2.2).
+HOLD_EXPLANATIONS = {
+    "run_active": "The lease's run is still live.",
+    "issue_run_active": "Another run on this task is live.",
+    "recovery_open": "A recovery action on the task is still open.",
+    "export_pending": "A native export of run files is still in flight.",
+    "intent_pending": "A lease intent is pending.",
+    "sandbox_shared": "Another lease on this sandbox is active, retained or pending cleanup.",
+    "newer_lease": "A newer lease row names this sandbox.",
+    "no_stop_receipt": "No confirmed stop receipt for this lease yet.",
+    "task_can_resume": "The task is bound to this workspace and reuse can resume it.",
+    "writer_active": "The workspace writer hold is not settled.",
+    "retention": "Still inside the environment's retention window.",
+    "unknown_age": "A timestamp the rule needs is missing; never delete what cannot be dated.",
+    "operator_hold": "An operator is holding this sandbox.",
+}
+
+
+def search(qs, text: str):
+    from django.db.models import Q
+
+    text = text.strip()
+    if not text:
+        return qs
+    cond = Q(provider_lease_id__icontains=text) | Q(lease__issue__key__iexact=text)
+    try:
+        value = uuid.UUID(text)
+    except ValueError:
+        pass
+    else:
+        cond |= Q(pk=value) | Q(lease_id=value) | Q(lease__heartbeat_run_id=value)
+    return qs.filter(cond)
+
+
+def filter_retirements(qs, data: dict):
+    stage = data.get("stage") or ""
+    if not stage:
+        qs = qs.exclude(stage__in=list(STAGES_CLOSED))
+    elif stage != "all":
+        qs = qs.filter(stage=stage)
+    if data.get("kind"):
+        qs = qs.filter(kind=data["kind"])
+    if data.get("hold"):
+        qs = hold_filter(qs, data["hold"])
+    if data.get("environment"):
+        qs = qs.filter(environment_id=data["environment"])
+    if data.get("provider_state"):
+        qs = qs.filter(provider_state=data["provider_state"])
+    if data.get("attention") == "yes":
+        qs = qs.filter(needs_attention=True)
+    elif data.get("attention") == "no":
+        qs = qs.filter(needs_attention=False)
+    return search(qs, data.get("q") or "")
+
+
+@console_view
+@require_GET
+def sandbox_list(request):
+    fingerprint = live_fingerprint()
+    unchanged = unchanged_poll(request, fingerprint)
+    if unchanged is not None:
+        return unchanged
+    environments = list(Environment.objects.only("id", "name").order_by("name"))
+    form = KeptFilterForm(request.GET, environments=environments)
+    data = form.cleaned_data if form.is_valid() else {}
+    qs = filter_retirements(Retirement.objects.select_related("environment", "lease__issue"), data)
+    page = keyset_page(
+        qs,
+        order=data.get("sort") or "-updated_at",
+        cursor=request.GET.get("after"),
+        size=PAGE_SIZE,
+    )
+    context = {
+        "form": form,
+        "page": page,
+        "fp": fingerprint,
+        "live_trigger": LIVE_TRIGGER,
+        "query": query_without(request, "fp", "after"),
+        "page_query": query_without(request, "fp"),
+        "first_page": not request.GET.get("after"),
+    }
+    if request.htmx and request.GET.get("fp") is not None:
+        return with_etag(render(request, "sandboxes/list.html#rows", context), request, fingerprint)
+    return render(request, "sandboxes/list.html", context)
+
+
+# --- detail -----------------------------------------------------------------------------
+
+
+def _receipt_view(receipt: Receipt, attachments: dict) -> dict:
+    payload = receipt.payload or {}
+    view = {"r": receipt, "payload": payload, "diff": None, "files": None}
+    if receipt.kind == ReceiptKind.SALVAGE_COMPARE:
+        rows = []
+        for change in ("added", "changed", "deleted"):
+            for item in payload.get(change) or []:
+                entry = item if isinstance(item, dict) else {"path": str(item)}
+                rows.append({"change": change, **entry})
+        view["diff"] = rows
+    elif receipt.kind == ReceiptKind.SALVAGE_EXPORT:
+        files = []
+        for item in payload.get("files") or []:
+            entry = item if isinstance(item, dict) else {"path": str(item)}
+            key = str(entry.get("attachment") or entry.get("attachment_id") or "")
+            att = attachments.get(key) or attachments.get(entry.get("sha256") or "")
+            files.append({**entry, "attachment_obj": att})
+        view["files"] = files
+    return view
+
+
+def detail_context(request, r: Retirement, *, error: str = "", notice: str = "") -> dict:
+    receipts = list(
+        Receipt.objects.filter(provider_lease_id=r.provider_lease_id, lease__provider=r.provider)
+        .select_related("retirement")
+        .order_by("confirmed_at", "created_at")
+    )
+    proof = proof_from_receipts(r, receipts)
+    approved = has_approval(r, receipts)
+    leases = list(
+        EnvironmentLease.objects.filter(provider=r.provider, provider_lease_id=r.provider_lease_id)
+        .select_related("heartbeat_run", "issue", "environment")
+        .order_by("acquired_at", "created_at")
+    )
+    attachments = {}
+    for a in Attachment.objects.filter(retirement=r):
+        attachments[str(a.pk)] = a
+        attachments.setdefault(a.sha256, a)
+    user = request.user
+    is_open = r.stage not in STAGES_CLOSED
+    holds = [
+        {"code": code, "text": (r.hold_reasons or {}).get(code) or HOLD_EXPLANATIONS.get(code, "")}
+        for code in (r.holds or [])
+    ]
+    return {
+        "r": r,
+        "holds": holds,
+        "leases": leases,
+        "receipts": [_receipt_view(x, attachments) for x in receipts],
+        "proof": proof,
+        "approved": approved,
+        "is_open": is_open,
+        "operator_held": bool(r.operator_hold_reason),
+        "can_approve": user.has_perm("sandboxes.approve_retirement"),
+        "can_retry": user.has_perm("sandboxes.retry_retirement"),
+        "can_hold": user.has_perm("sandboxes.hold_retirement"),
+        "can_attest": user.has_perm("sandboxes.attest_retirement"),
+        "awaiting": r.stage == Stage.AWAITING_APPROVAL,
+        "error": error,
+        "notice": notice,
+        "now": timezone.now(),
+    }
+
+
+def _get_retirement(pk) -> Retirement:
+    return get_object_or_404(
+        Retirement.objects.select_related("environment", "lease__issue", "lease__heartbeat_run"),
+        pk=pk,
+    )
+
+
+@console_view
+@require_GET
+def sandbox_detail(request, pk):
+    r = _get_retirement(pk)
+    context = detail_context(request, r)
+    part = request.GET.get("part")
+    if request.htmx and part in ("panel", "receipts"):
+        return render(request, f"sandboxes/detail.html#{part}", context)
+    return render(request, "sandboxes/detail.html", context)
+
+
+@console_view
+@require_GET
+def provider_state(request, pk):
+    """Ask the provider for the sandbox's state now (a read; never changes anything)."""
+    from sandboxes.providers.base import ProviderError
+    from sandboxes.providers.registry import get_provider
+
+    r = _get_retirement(pk)
+    env = r.environment
+    state, error = None, ""
+    try:
+        provider = get_provider(
+            r.provider, api_url=env.api_url or None, api_key_env=env.api_key_env
+        )
+        state = provider.get(r.provider_lease_id).state
+    except (ProviderError, ValueError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    context = {"r": r, "state": state, "error": error, "asked_at": timezone.now()}
+    if request.htmx:
+        return render(request, "sandboxes/detail.html#provider_state", context)
+    return render(request, "sandboxes/provider_state.html", context)
+
+
+@console_view
+@require_GET
+def attachment_download(request, pk):
+    att = get_object_or_404(Attachment, pk=pk)
+    try:
+        handle = att.file.open("rb")
+    except FileNotFoundError:
+        raise Http404("The stored file is missing.") from None
+    name = att.path.rsplit("/", 1)[-1] or att.sha256
+    return FileResponse(handle, as_attachment=True, filename=name)
+
+
+# --- actions ----------------------------------------------------------------------------
+
+DONE = {
+    "approve": "Approved: the reconciler retires this sandbox on its next pass.",
+    "retry": "Retry scheduled: the reconciler picks this sandbox up on its next pass.",
+    "hold": "Held: the reconciler will not touch this sandbox until the hold is released.",
+    "release_hold": "Hold released: the reconciler re-checks this sandbox now.",
+    "attest": "Attested: unsaved work is discarded and the sandbox is due for retirement.",
+}
+
+
+def _act(request, pk, name: str, form_class, call):
+    r = get_object_or_404(Retirement, pk=pk)
+    form = form_class(request.POST)
+    error = notice = ""
+    if not form.is_valid():
+        error = (
+            "A reason is required."
+            if "reason" in form.errors
+            else "Type the sandbox id exactly as shown to confirm."
+        )
+    else:
+        try:
+            call(r.pk, actor=request.user, **form.cleaned_data)
+        except actions.ActionRefused as exc:
+            error = str(exc)
+        else:
+            notice = DONE[name]
+    r = _get_retirement(pk)
+    if request.htmx:
+        response = render(
+            request,
+            "sandboxes/detail.html#panel",
+            detail_context(request, r, error=error, notice=notice),
+        )
+        if not error:
+            trigger_client_event(response, "retirement-changed", {"id": str(r.pk), "action": name})
+        return response
+    if error:
+        context = detail_context(request, r, error=error)
+        return render(request, "sandboxes/detail.html", context, status=409)
+    messages.success(request, notice)
+    return redirect("sandbox-detail", pk=r.pk)
+
+
+@require_POST
+@console_view
+@permission("approve_retirement")
+def approve(request, pk):
+    return _act(request, pk, "approve", ReasonForm, actions.approve)
+
+
+@require_POST
+@console_view
+@permission("retry_retirement")
+def retry(request, pk):
+    return _act(request, pk, "retry", ReasonForm, actions.retry)
+
+
+@require_POST
+@console_view
+@permission("hold_retirement")
+def hold(request, pk):
+    return _act(request, pk, "hold", ReasonForm, actions.hold)
+
+
+@require_POST
+@console_view
+@permission("hold_retirement")
+def release_hold(request, pk):
+    return _act(request, pk, "release_hold", ReasonForm, actions.release_hold)
+
+
+@require_POST
+@console_view
+@permission("attest_retirement")
+def attest(request, pk):
+    return _act(request, pk, "attest", AttestForm, actions.attest)
