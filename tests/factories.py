@@ -207,3 +207,25 @@ class ReconcilerPassFactory(DjangoModelFactory):
 
     started_at = factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=5))
     finished_at = factory.LazyFunction(timezone.now)
+
+
+# --- reconciler graphs (issue 4) ---------------------------------------------
+
+
+def stop_receipt(lease, *, kind=m.ReceiptKind.TERMINATION, run=None, **kwargs):
+    """A confirmed stop for this lease and its run, as Paperclip records it."""
+    return ReceiptFactory(
+        lease=lease,
+        run=run if run is not None else lease.heartbeat_run,
+        kind=kind,
+        state=m.TerminationState.STOPPED,
+        **kwargs,
+    )
+
+
+def rebind_to_new_workspace(lease):
+    """A Retry bound the task to a fresh workspace (seed 001, wave t05)."""
+    fresh = ExecutionWorkspaceFactory(issue=lease.issue)
+    lease.issue.bound_workspace = fresh
+    lease.issue.save(update_fields=["bound_workspace"])
+    return fresh

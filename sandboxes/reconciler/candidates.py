@@ -1,0 +1,271 @@
+"""Which lease rows are kept-sandbox candidates, and the facts their holds need.
+
+One SQL query lists every candidate with all hold facts (EXISTS subqueries on
+indexed columns), so listing plus hold evaluation costs the same number of
+queries at any fleet size. Only the newest lease row per sandbox is judged,
+and rows whose graph still has placeholders are skipped (DOMAIN §2.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import (
+    BooleanField,
+    Case,
+    CharField,
+    Exists,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+
+from sandboxes.models import (
+    EnvironmentLease,
+    HeartbeatRun,
+    LeaseIntent,
+    PendingExport,
+    Receipt,
+    RecoveryAction,
+)
+from sandboxes.models.choices import (
+    ISSUE_CLOSED,
+    RECOVERY_OPEN,
+    RUN_LIVE,
+    RUN_UNSUCCESSFUL,
+    WARM_POLICIES,
+    Disposition,
+    ExportState,
+    IntentState,
+    LeasePolicy,
+    LeaseStatus,
+    ReceiptKind,
+    RetirementKind,
+    TerminationState,
+)
+
+from .holds import LeaseFacts
+
+SHARING_STATUSES = (LeaseStatus.ACTIVE, LeaseStatus.RETAINED, LeaseStatus.PENDING_CLEANUP)
+KEPT_RESTORE_STATUSES = (LeaseStatus.RELEASED, LeaseStatus.FAILED, LeaseStatus.RETAINED)
+RESUME_FAILED = "resume_failed"
+
+
+def _same_sandbox():
+    return EnvironmentLease.objects.filter(
+        provider=OuterRef("provider"), provider_lease_id=OuterRef("provider_lease_id")
+    ).exclude(pk=OuterRef("pk"))
+
+
+def _newer_row():
+    # Ties on acquired_at are broken by id so exactly one row is the newest.
+    return _same_sandbox().filter(
+        Q(acquired_at__gt=OuterRef("acquired_at"))
+        | Q(acquired_at=OuterRef("acquired_at"), pk__gt=OuterRef("pk"))
+    )
+
+
+def _stop_receipt():
+    """A confirmed stop for exactly this lease and its run (DOMAIN §2.1)."""
+    return Receipt.objects.filter(lease=OuterRef("pk"), run=OuterRef("heartbeat_run_id")).filter(
+        Q(kind=ReceiptKind.TERMINATION, state=TerminationState.STOPPED)
+        | Q(kind=ReceiptKind.STOP_AND_RETAIN)
+    )
+
+
+def _facts_annotations() -> dict:
+    return {
+        "bound_here": Case(
+            When(issue__bound_workspace_id=F("execution_workspace_id"), then=Value(True)),
+            default=Value(False),
+            output_field=BooleanField(),
+        ),
+        "has_stop_receipt": Exists(_stop_receipt()),
+        "newer_lease": Exists(_newer_row()),
+        "sandbox_shared": Exists(_same_sandbox().filter(status__in=SHARING_STATUSES)),
+        "issue_run_live": Exists(
+            HeartbeatRun.objects.filter(issue=OuterRef("issue_id"), status__in=RUN_LIVE)
+        ),
+        "recovery_open_issue": Exists(
+            RecoveryAction.objects.filter(
+                source_issue=OuterRef("issue_id"), status__in=RECOVERY_OPEN
+            )
+        ),
+        "recovery_open_lease": Exists(
+            RecoveryAction.objects.filter(lease=OuterRef("pk"), status__in=RECOVERY_OPEN)
+        ),
+        "export_pending": Exists(
+            PendingExport.objects.filter(lease=OuterRef("pk"), state=ExportState.PENDING)
+        ),
+        "intent_pending": Exists(
+            LeaseIntent.objects.filter(lease=OuterRef("pk"), state=IntentState.PENDING)
+        ),
+    }
+
+
+# The kind predicates, without the newest-row rule (which listing adds and a
+# re-check reports as the `newer_lease` hold). Order matters: first match wins.
+_bound_elsewhere = Q(issue__bound_workspace_id__isnull=False, bound_here=False)
+_run_not_live = Q(heartbeat_run_id__isnull=True) | ~Q(heartbeat_run__status__in=RUN_LIVE)
+
+KIND_PREDICATES: list[tuple[str, Q]] = [
+    (
+        RetirementKind.RESUME_FAILED,
+        Q(status=LeaseStatus.PENDING_CLEANUP, failure_reason=RESUME_FAILED),
+    ),
+    (
+        RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN,
+        Q(heartbeat_run__status__in=RUN_UNSUCCESSFUL)
+        & (
+            Q(status=LeaseStatus.RETAINED)
+            | Q(
+                disposition=Disposition.KEEP_RUNNING,
+                status__in=(LeaseStatus.RELEASED, LeaseStatus.FAILED),
+                has_stop_receipt=False,
+            )
+        ),
+    ),
+    (
+        RetirementKind.SUPERSEDED_RUNNING_WARM,
+        Q(lease_policy=LeasePolicy.REUSE_BY_ENVIRONMENT, status=LeaseStatus.RETAINED)
+        & _bound_elsewhere
+        & _run_not_live,
+    ),
+    (
+        RetirementKind.ABANDONED_WARM,
+        Q(lease_policy=LeasePolicy.REUSE_BY_ENVIRONMENT)
+        & (Q(status=LeaseStatus.FAILED) | (Q(status=LeaseStatus.RELEASED) & _bound_elsewhere)),
+    ),
+    (
+        RetirementKind.CLOSED_RESTORE_SOURCE,
+        Q(
+            lease_policy=LeasePolicy.RETAIN_ON_FAILURE,
+            status__in=KEPT_RESTORE_STATUSES,
+            recovery_open_lease=False,
+        ),
+    ),
+    (
+        RetirementKind.DONE_TASK_WARM,
+        Q(
+            lease_policy__in=WARM_POLICIES,
+            status=LeaseStatus.RELEASED,
+            issue__status__in=ISSUE_CLOSED,
+        ),
+    ),
+]
+
+GRAPH_COMPLETE = (
+    Q(placeholder=False, environment__placeholder=False)
+    & (Q(issue_id__isnull=True) | Q(issue__placeholder=False))
+    & (Q(execution_workspace_id__isnull=True) | Q(execution_workspace__placeholder=False))
+    & (Q(heartbeat_run_id__isnull=True) | Q(heartbeat_run__placeholder=False))
+)
+
+FACT_FIELDS = (
+    "id",
+    "provider",
+    "provider_lease_id",
+    "status",
+    "acquired_at",
+    "released_at",
+    "environment_id",
+    "environment__warm_retention",
+    "environment__retirement_mode",
+    "issue_id",
+    "issue__status",
+    "heartbeat_run__status",
+    "execution_workspace__writer_run_id",
+    "execution_workspace__save_state",
+    "kind",
+    *_facts_annotations().keys(),
+)
+
+
+def annotated_leases() -> QuerySet:
+    """Lease rows annotated with their hold facts and matching `kind` (or NULL)."""
+    kind = Case(
+        *(When(predicate, then=Value(str(k))) for k, predicate in KIND_PREDICATES),
+        default=Value(None),
+        output_field=CharField(),
+    )
+    return EnvironmentLease.objects.annotate(**_facts_annotations()).annotate(kind=kind)
+
+
+def candidate_queryset(environment_id=None) -> QuerySet:
+    qs = annotated_leases().filter(GRAPH_COMPLETE, kind__isnull=False, newer_lease=False)
+    if environment_id is not None:
+        qs = qs.filter(environment_id=environment_id)
+    return qs
+
+
+@dataclass(frozen=True)
+class Candidate:
+    lease_id: object
+    provider: str
+    provider_lease_id: str
+    environment_id: object
+    retirement_mode: str
+    kind: str | None
+    facts: LeaseFacts
+
+
+def _to_candidate(row: dict) -> Candidate:
+    facts = LeaseFacts(
+        lease_id=row["id"],
+        status=row["status"],
+        acquired_at=row["acquired_at"],
+        released_at=row["released_at"],
+        warm_retention=row["environment__warm_retention"],
+        issue_status=row["issue__status"],
+        bound_here=row["bound_here"],
+        run_status=row["heartbeat_run__status"],
+        writer_run_id=row["execution_workspace__writer_run_id"],
+        save_state=row["execution_workspace__save_state"],
+        issue_run_live=row["issue_run_live"],
+        recovery_open=row["recovery_open_issue"] or row["recovery_open_lease"],
+        export_pending=row["export_pending"],
+        intent_pending=row["intent_pending"],
+        sandbox_shared=row["sandbox_shared"],
+        newer_lease=row["newer_lease"],
+        has_stop_receipt=row["has_stop_receipt"],
+    )
+    return Candidate(
+        lease_id=row["id"],
+        provider=row["provider"],
+        provider_lease_id=row["provider_lease_id"],
+        environment_id=row["environment_id"],
+        retirement_mode=row["environment__retirement_mode"],
+        kind=row["kind"],
+        facts=facts,
+    )
+
+
+def list_candidates(environment_id=None) -> list[Candidate]:
+    """Every candidate (newest row per sandbox, complete graph) with its hold facts: 1 query."""
+    return [_to_candidate(row) for row in candidate_queryset(environment_id).values(*FACT_FIELDS)]
+
+
+def judge_leases(lease_ids) -> dict[object, Candidate]:
+    """Re-judge given lease rows (an open record's lease): `kind` ignores the
+    newest-row rule, which shows up as the `newer_lease` hold. 1 query."""
+    ids = list(lease_ids)
+    if not ids:
+        return {}
+    rows = annotated_leases().filter(GRAPH_COMPLETE, pk__in=ids).values(*FACT_FIELDS)
+    out = {}
+    for row in rows:
+        candidate = _to_candidate(row)
+        out[candidate.lease_id] = candidate
+    return out
+
+
+def judge_lease_locked(lease_id) -> Candidate | None:
+    """Re-judge one lease under a row lock (call inside a transaction)."""
+    list(EnvironmentLease.objects.select_for_update().filter(pk=lease_id).values_list("pk"))
+    rows = annotated_leases().filter(GRAPH_COMPLETE, pk=lease_id).values(*FACT_FIELDS)
+    for row in rows:
+        return _to_candidate(row)
+    return None

@@ -1,0 +1,117 @@
+"""Which holds apply to a candidate: pure functions over plain data (DOMAIN §2.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sandboxes.models.choices import (
+    ISSUE_CLOSED,
+    RUN_LIVE,
+    HoldCode,
+    LeaseStatus,
+    RetirementKind,
+    SaveState,
+)
+
+HOLD_EXPLANATIONS: dict[str, str] = {
+    HoldCode.RUN_ACTIVE: "The lease's own run is still live (queued, retrying or running).",
+    HoldCode.ISSUE_RUN_ACTIVE: "Another run on this task is live; it may still need the sandbox.",
+    HoldCode.RECOVERY_OPEN: "A recovery action on this task or sandbox is still open.",
+    HoldCode.EXPORT_PENDING: "A native export of run files from this sandbox is still in flight.",
+    HoldCode.INTENT_PENDING: "A stop, export or restore request on this lease is still pending.",
+    HoldCode.SANDBOX_SHARED: "Another lease on the same sandbox is active, retained or pending.",
+    HoldCode.NEWER_LEASE: "A newer lease row names the same sandbox; that row decides its fate.",
+    HoldCode.NO_STOP_RECEIPT: "No confirmed stop receipt for this lease and run yet.",
+    HoldCode.TASK_CAN_RESUME: "The task is still bound to this workspace: its next turn reuses it.",
+    HoldCode.WRITER_ACTIVE: "The workspace's writer hold is not settled; files may be unsaved.",
+    HoldCode.RETENTION: "Still inside the environment's warm retention window.",
+    HoldCode.UNKNOWN_AGE: "A timestamp the rule needs is missing; what cannot be dated stays.",
+    HoldCode.OPERATOR_HOLD: "An operator put this sandbox on hold.",
+}
+
+# Kinds whose only provider call is a stop: holds never block a stop, except an
+# operator's explicit hold (an operator asking us to leave it alone wins).
+STOP_ONLY_KINDS = (
+    RetirementKind.SUPERSEDED_RUNNING_WARM,
+    RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN,
+)
+# Kinds that claim the sandbox is already suspended: they need the stop receipt.
+NEEDS_STOP_RECEIPT = (RetirementKind.ABANDONED_WARM, RetirementKind.DONE_TASK_WARM)
+# Hold evaluation order is the display order.
+HOLD_ORDER = [code.value for code in HoldCode]
+
+
+@dataclass(frozen=True)
+class LeaseFacts:
+    """Everything hold evaluation needs about one lease row, already loaded."""
+
+    lease_id: object
+    status: str
+    acquired_at: datetime | None
+    released_at: datetime | None
+    warm_retention: timedelta | None
+    issue_status: str | None
+    bound_here: bool
+    run_status: str | None
+    writer_run_id: object | None
+    save_state: str | None
+    issue_run_live: bool
+    recovery_open: bool
+    export_pending: bool
+    intent_pending: bool
+    sandbox_shared: bool
+    newer_lease: bool
+    has_stop_receipt: bool
+
+
+def compute_holds(
+    facts: LeaseFacts, kind: str | None, *, operator_hold_reason: str = "", now: datetime
+) -> list[str]:
+    """Every reason this candidate must wait, in HOLD_ORDER."""
+    codes: set[str] = set()
+    if facts.run_status in RUN_LIVE:
+        codes.add(HoldCode.RUN_ACTIVE)
+    if facts.issue_run_live:
+        codes.add(HoldCode.ISSUE_RUN_ACTIVE)
+    if facts.recovery_open:
+        codes.add(HoldCode.RECOVERY_OPEN)
+    if facts.export_pending:
+        codes.add(HoldCode.EXPORT_PENDING)
+    if facts.intent_pending:
+        codes.add(HoldCode.INTENT_PENDING)
+    if facts.sandbox_shared:
+        codes.add(HoldCode.SANDBOX_SHARED)
+    if facts.newer_lease:
+        codes.add(HoldCode.NEWER_LEASE)
+    if kind in NEEDS_STOP_RECEIPT and not facts.has_stop_receipt:
+        codes.add(HoldCode.NO_STOP_RECEIPT)
+    if (
+        facts.status in (LeaseStatus.RELEASED, LeaseStatus.RETAINED)
+        and facts.bound_here
+        and facts.issue_status not in ISSUE_CLOSED
+    ):
+        codes.add(HoldCode.TASK_CAN_RESUME)
+    if facts.writer_run_id is not None or facts.save_state == SaveState.SAVING:
+        codes.add(HoldCode.WRITER_ACTIVE)
+    if facts.acquired_at is None:
+        codes.add(HoldCode.UNKNOWN_AGE)
+    if kind == RetirementKind.DONE_TASK_WARM:
+        if facts.released_at is None or facts.warm_retention is None:
+            codes.add(HoldCode.UNKNOWN_AGE)
+        elif facts.released_at + facts.warm_retention > now:
+            codes.add(HoldCode.RETENTION)
+    if operator_hold_reason.strip():
+        codes.add(HoldCode.OPERATOR_HOLD)
+    return [code for code in HOLD_ORDER if code in codes]
+
+
+def blocking_holds(holds: list[str], kind: str | None) -> list[str]:
+    """The holds that stop the next step: all of them, except for stop-only steps."""
+    if kind in STOP_ONLY_KINDS:
+        return [h for h in holds if h == HoldCode.OPERATOR_HOLD]
+    return list(holds)
+
+
+def explain(holds: list[str]) -> dict[str, str]:
+    return {code: HOLD_EXPLANATIONS[code] for code in holds}

@@ -1,0 +1,248 @@
+"""Listing: turn the candidate query into Retirement records with their holds.
+
+A fixed number of queries at any fleet size: the candidate query, the open
+records, one re-judge of records whose lease is not a current candidate, and
+bulk writes. Claimed records are left to their worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from sandboxes.models import AuditEvent, Retirement
+from sandboxes.models.choices import STAGES_CLOSED, RetirementMode, Stage
+
+from .candidates import Candidate, judge_leases, list_candidates
+from .holds import blocking_holds, compute_holds, explain
+
+OPEN_FIELDS = (
+    "id",
+    "lease_id",
+    "provider",
+    "provider_lease_id",
+    "kind",
+    "stage",
+    "holds",
+    "operator_hold_reason",
+    "started_for_salvage",
+    "next_attempt_at",
+    "claimed_until",
+    "environment__retirement_mode",
+)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    candidate: Candidate
+    holds: list[str]
+
+    @property
+    def blocking(self) -> list[str]:
+        return blocking_holds(self.holds, self.candidate.kind)
+
+
+def _open_records(environment_id=None) -> list[dict]:
+    qs = Retirement.objects.exclude(stage__in=STAGES_CLOSED)
+    if environment_id is not None:
+        qs = qs.filter(environment_id=environment_id)
+    return list(qs.values(*OPEN_FIELDS))
+
+
+def evaluate_fleet(environment_id=None, now: datetime | None = None) -> list[Evaluated]:
+    """Listing plus hold evaluation, read-only: 2 queries at any size."""
+    now = now or timezone.now()
+    candidates = list_candidates(environment_id)
+    operator = {
+        (r["provider"], r["provider_lease_id"]): r["operator_hold_reason"]
+        for r in _open_records(environment_id)
+        if r["operator_hold_reason"]
+    }
+    return [
+        Evaluated(
+            c,
+            compute_holds(
+                c.facts,
+                c.kind,
+                operator_hold_reason=operator.get((c.provider, c.provider_lease_id), ""),
+                now=now,
+            ),
+        )
+        for c in candidates
+    ]
+
+
+@dataclass
+class SyncResult:
+    candidates: int = 0
+    created: int = 0
+    dismissed: int = 0
+    held: int = 0
+    released: int = 0
+    by_kind: dict = field(default_factory=dict)
+
+
+def _claimed(rec: dict, now) -> bool:
+    return rec["claimed_until"] is not None and rec["claimed_until"] > now
+
+
+def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncResult:
+    now = now or timezone.now()
+    result = SyncResult()
+    candidates = list_candidates(environment_id)
+    records = _open_records(environment_id)
+    result.candidates = len(candidates)
+    by_sandbox = {(r["provider"], r["provider_lease_id"]): r for r in records}
+    cand_by_sandbox = {(c.provider, c.provider_lease_id): c for c in candidates}
+
+    # Records not backed by a current candidate row: re-judge their own lease.
+    rejudge = [
+        r["lease_id"]
+        for key, r in by_sandbox.items()
+        if key not in cand_by_sandbox or cand_by_sandbox[key].lease_id != r["lease_id"]
+    ]
+    judged = judge_leases(rejudge)
+
+    creates: list[Retirement] = []
+    updates: list[Retirement] = []
+    to_hold, to_release, to_wake, to_dismiss = [], [], [], {}
+
+    def track(rec: dict, cand: Candidate) -> None:
+        holds = compute_holds(
+            cand.facts, cand.kind, operator_hold_reason=rec["operator_hold_reason"], now=now
+        )
+        if holds != rec["holds"] or cand.kind != rec["kind"]:
+            updates.append(
+                Retirement(pk=rec["id"], holds=holds, hold_reasons=explain(holds), kind=cand.kind)
+            )
+        if _claimed(rec, now):
+            return
+        blocking = blocking_holds(holds, cand.kind)
+        observe = rec["environment__retirement_mode"] == RetirementMode.OBSERVE
+        if blocking and rec["stage"] not in (Stage.HELD,):
+            if rec["started_for_salvage"]:
+                to_wake.append(rec["id"])  # its worker stops the sandbox first
+            else:
+                to_hold.append(rec["id"])
+        elif not blocking and rec["stage"] == Stage.HELD:
+            to_release.append(rec["id"])
+        elif (
+            not blocking
+            and not observe
+            and rec["stage"] == Stage.LISTED
+            and rec["next_attempt_at"] is None
+        ):
+            to_wake.append(rec["id"])
+
+    for key, cand in cand_by_sandbox.items():
+        rec = by_sandbox.get(key)
+        if rec is not None and rec["lease_id"] == cand.lease_id:
+            track(rec, cand)
+            continue
+        if rec is not None:
+            # A newer lease row on this sandbox is itself a candidate: the old
+            # record gives way, and the newest row is listed on the next pass.
+            if not _claimed(rec, now) and not rec["started_for_salvage"]:
+                to_dismiss[rec["id"]] = "a newer lease row on this sandbox is the candidate now"
+            continue
+        holds = compute_holds(cand.facts, cand.kind, now=now)
+        blocking = blocking_holds(holds, cand.kind)
+        observe = cand.retirement_mode == RetirementMode.OBSERVE
+        creates.append(
+            Retirement(
+                lease_id=cand.lease_id,
+                environment_id=cand.environment_id,
+                provider=cand.provider,
+                provider_lease_id=cand.provider_lease_id,
+                kind=cand.kind,
+                stage=Stage.HELD if blocking else Stage.LISTED,
+                holds=holds,
+                hold_reasons=explain(holds),
+                next_attempt_at=None if (blocking or observe) else now,
+            )
+        )
+
+    for key, rec in by_sandbox.items():
+        cand = cand_by_sandbox.get(key)
+        if cand is not None:
+            continue
+        judged_row = judged.get(rec["lease_id"])
+        if judged_row is None:
+            continue  # graph has placeholders again: leave it as it is
+        if judged_row.kind is None:
+            if _claimed(rec, now):
+                continue
+            if rec["started_for_salvage"]:
+                to_wake.append(rec["id"])
+            else:
+                to_dismiss[rec["id"]] = "no longer a candidate (the predicate stopped matching)"
+            continue
+        track(rec, judged_row)
+
+    if updates:
+        Retirement.objects.bulk_update(updates, ["holds", "hold_reasons", "kind"], batch_size=None)
+    unclaimed = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
+    if to_hold:
+        result.held = (
+            Retirement.objects.filter(unclaimed, pk__in=to_hold, started_for_salvage=False)
+            .exclude(stage__in=STAGES_CLOSED)
+            .update(stage=Stage.HELD, next_attempt_at=None, updated_at=now)
+        )
+    if to_release:
+        result.released = Retirement.objects.filter(
+            unclaimed, pk__in=to_release, stage=Stage.HELD
+        ).update(stage=Stage.LISTED, next_attempt_at=now, updated_at=now)
+    if to_wake:
+        Retirement.objects.filter(unclaimed, pk__in=to_wake).exclude(
+            stage__in=(*STAGES_CLOSED, Stage.HELD)
+        ).update(next_attempt_at=now, updated_at=now)
+    if to_dismiss:
+        result.dismissed = _dismiss(to_dismiss, now, unclaimed)
+    if creates:
+        created = Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None)
+        result.created = len(created)
+    for c in candidates:
+        result.by_kind[c.kind] = result.by_kind.get(c.kind, 0) + 1
+    return result
+
+
+def _dismiss(reasons: dict, now, unclaimed: Q) -> int:
+    with transaction.atomic():
+        rows = list(
+            Retirement.objects.select_for_update(skip_locked=True)
+            .filter(unclaimed, pk__in=list(reasons), started_for_salvage=False)
+            .exclude(stage__in=STAGES_CLOSED)
+            .values("id", "stage", "kind", "provider_lease_id")
+        )
+        if not rows:
+            return 0
+        ids = [r["id"] for r in rows]
+        reason_of = {r["id"]: reasons[r["id"]] for r in rows}
+        Retirement.objects.filter(pk__in=ids).update(
+            stage=Stage.DISMISSED, closed_at=now, next_attempt_at=None, updated_at=now
+        )
+        for reason in set(reason_of.values()):  # a handful of distinct reasons
+            Retirement.objects.filter(
+                pk__in=[pk for pk, why in reason_of.items() if why == reason]
+            ).update(closed_reason=reason)
+        AuditEvent.objects.bulk_create(
+            [
+                AuditEvent(
+                    actor=None,
+                    actor_label="system",
+                    action="retirement.dismissed",
+                    object_type="retirement",
+                    object_id=str(r["id"]),
+                    sandbox_id=r["provider_lease_id"],
+                    reason=reason_of[r["id"]],
+                    before={"stage": r["stage"]},
+                    after={"stage": Stage.DISMISSED, "kind": r["kind"]},
+                )
+                for r in rows
+            ]
+        )
+    return len(rows)

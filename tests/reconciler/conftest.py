@@ -1,0 +1,101 @@
+"""Fixtures for reconciler tests: real local sandboxes with files, a provider spy,
+and graph builders in the seeds' shapes."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from sandboxes import models as m
+from sandboxes.providers.local import LocalProvider
+from sandboxes.reconciler.passes import run_pass
+from tests import factories as f
+
+SAVED = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n", "old.txt": b"old\n"}
+
+
+class Spy:
+    """Delegates to a provider and records every call (operation, sandbox id)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.calls: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, attr):
+        target = getattr(self.inner, attr)
+        if not callable(target):
+            return target
+
+        def call(*args, **kwargs):
+            with self._lock:
+                self.calls.append((attr, args[0] if args else ""))
+            return target(*args, **kwargs)
+
+        return call
+
+    def count(self, operation, sandbox_id=None):
+        return sum(1 for op, sid in self.calls if op == operation and (sandbox_id in (None, sid)))
+
+
+@pytest.fixture
+def local(tmp_path):
+    return Spy(LocalProvider(root=tmp_path / "sandboxes", budget_seconds=5))
+
+
+@pytest.fixture
+def reconcile(local):
+    def run(**kwargs):
+        kwargs.setdefault("provider_for", lambda env: local)
+        return run_pass(**kwargs)
+
+    return run
+
+
+@pytest.fixture
+def sandbox(local):
+    """Create a real local sandbox holding `files`; returns its id. Stopped by default."""
+
+    def make(files=None, *, stopped=True):
+        info = local.inner.create(
+            "test", {"test": "1"}, files=dict(SAVED if files is None else files)
+        )
+        if stopped:
+            local.inner.stop(info.id)
+        return info.id
+
+    return make
+
+
+@pytest.fixture
+def warm(sandbox):
+    """A released, stopped warm lease (reuse_by_environment) on a real sandbox, with
+    its saved manifest matching the sandbox; kwargs go to the lease factory."""
+
+    def make(*, files=None, receipt=True, env=None, stopped=True, **kwargs):
+        sid = sandbox(files, stopped=stopped)
+        kwargs.setdefault("environment", env or f.EnvironmentFactory())
+        lease = f.EnvironmentLeaseFactory(
+            provider_lease_id=sid,
+            execution_workspace__saved_manifest=f.manifest_for(SAVED),
+            **kwargs,
+        )
+        if receipt:
+            f.stop_receipt(lease)
+        return lease
+
+    return make
+
+
+def retirement_of(lease):
+    return (
+        m.Retirement.objects.filter(provider_lease_id=lease.provider_lease_id)
+        .order_by("listed_at")
+        .last()
+    )
+
+
+def ago(**kw):
+    return timezone.now() - timedelta(**kw)

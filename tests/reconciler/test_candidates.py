@@ -1,0 +1,121 @@
+"""Listing: one row per sandbox (the newest), each kind, placeholders skipped, and
+a query count that does not grow with the fleet."""
+
+import pytest
+
+from sandboxes import models as m
+from sandboxes.reconciler.candidates import list_candidates
+from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
+from tests import factories as f
+
+from .conftest import ago
+
+pytestmark = pytest.mark.django_db
+
+
+def kinds():
+    return {c.provider_lease_id: c.kind for c in list_candidates()}
+
+
+def one_of_each():
+    """A lease per candidate kind plus a kept one; returns {kind: lease}."""
+    out = {}
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+    f.stop_receipt(lease)
+    out["abandoned_warm"] = lease
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.RETAINED, released_at=None)
+    f.rebind_to_new_workspace(lease)
+    out["superseded_running_warm"] = lease
+    lease = f.EnvironmentLeaseFactory(
+        status=m.LeaseStatus.FAILED, lease_policy=m.LeasePolicy.RETAIN_ON_FAILURE
+    )
+    f.RecoveryActionFactory(lease=lease, status=m.RecoveryStatus.RESOLVED)
+    out["closed_restore_source"] = lease
+    lease = f.EnvironmentLeaseFactory(issue__status=m.IssueStatus.DONE, released_at=ago(hours=30))
+    f.stop_receipt(lease)
+    out["done_task_warm"] = lease
+    out["resume_failed"] = f.EnvironmentLeaseFactory(
+        status=m.LeaseStatus.PENDING_CLEANUP, failure_reason="resume_failed"
+    )
+    out["stop_after_unsuccessful_run"] = f.EnvironmentLeaseFactory(
+        status=m.LeaseStatus.RETAINED,
+        disposition=m.Disposition.KEEP_RUNNING,
+        heartbeat_run__status=m.RunStatus.TIMED_OUT,
+    )
+    f.EnvironmentLeaseFactory()  # released, bound here: the task can resume it
+    return out
+
+
+def test_each_kind_is_listed_by_its_rule():
+    leases = one_of_each()
+    assert kinds() == {lease.provider_lease_id: kind for kind, lease in leases.items()}
+    assert set(kinds().values()) == {k.value for k in m.RetirementKind}
+
+
+def test_only_the_newest_row_per_sandbox_is_judged():
+    old = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED, acquired_at=ago(days=2))
+    f.EnvironmentLeaseFactory(
+        provider_lease_id=old.provider_lease_id,
+        environment=old.environment,
+        status=m.LeaseStatus.RELEASED,
+        acquired_at=ago(days=1),
+    )
+    assert old.provider_lease_id not in kinds()
+
+
+def test_rows_whose_graph_has_placeholders_are_skipped():
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+    m.HeartbeatRun.objects.filter(pk=lease.heartbeat_run_id).update(placeholder=True)
+    assert kinds() == {}
+
+
+def test_a_resumed_task_dismisses_its_record():
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.RELEASED)
+    f.stop_receipt(lease)
+    f.rebind_to_new_workspace(lease)
+    sync_retirements()
+    r = m.Retirement.objects.get()
+    assert r.kind == "abandoned_warm"
+    # The task is bound to the old workspace again (it resumed it).
+    lease.issue.bound_workspace = lease.execution_workspace
+    lease.issue.save()
+    result = sync_retirements()
+    r.refresh_from_db()
+    assert result.dismissed == 1 and r.stage == m.Stage.DISMISSED
+    assert m.AuditEvent.objects.filter(action="retirement.dismissed", object_id=str(r.pk)).exists()
+
+
+def test_sync_is_idempotent_and_holds_are_stored_with_explanations():
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)  # no stop receipt
+    sync_retirements()
+    sync_retirements()
+    r = m.Retirement.objects.get()
+    assert r.stage == m.Stage.HELD
+    assert r.holds == ["no_stop_receipt"]
+    assert "stop receipt" in r.hold_reasons["no_stop_receipt"]
+    f.stop_receipt(lease)
+    sync_retirements()
+    r.refresh_from_db()
+    assert r.stage == m.Stage.LISTED and r.holds == [] and r.next_attempt_at is not None
+
+
+def fleet(n):
+    for _ in range(n):
+        one_of_each()
+        lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+        f.HeartbeatRunFactory(issue=lease.issue, status=m.RunStatus.RUNNING)
+        f.PendingExportFactory(lease=lease)
+        f.LeaseIntentFactory(lease=lease)
+
+
+@pytest.mark.parametrize("size", [1, 12])
+def test_listing_and_holds_use_a_fixed_number_of_queries(size, django_assert_max_num_queries):
+    fleet(size)
+    with django_assert_max_num_queries(2):
+        evaluated = evaluate_fleet()
+    assert len(evaluated) == 7 * size
+    # The sync writes in bulk too: the same bound at every size.
+    with django_assert_max_num_queries(12):
+        sync_retirements()
+    with django_assert_max_num_queries(12):
+        sync_retirements()

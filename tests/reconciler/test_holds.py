@@ -1,0 +1,100 @@
+"""Hold evaluation is a pure function over plain data: no database here."""
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from sandboxes.models.choices import HoldCode, RetirementKind
+from sandboxes.reconciler.holds import (
+    HOLD_EXPLANATIONS,
+    LeaseFacts,
+    blocking_holds,
+    compute_holds,
+    explain,
+)
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+CLEAR = LeaseFacts(
+    lease_id=1,
+    status="failed",
+    acquired_at=NOW - timedelta(days=3),
+    released_at=NOW - timedelta(days=2),
+    warm_retention=timedelta(hours=24),
+    issue_status="done",
+    bound_here=False,
+    run_status="failed",
+    writer_run_id=None,
+    save_state="saved",
+    issue_run_live=False,
+    recovery_open=False,
+    export_pending=False,
+    intent_pending=False,
+    sandbox_shared=False,
+    newer_lease=False,
+    has_stop_receipt=True,
+)
+
+CASES = {
+    HoldCode.RUN_ACTIVE: ({"run_status": "running"}, RetirementKind.ABANDONED_WARM),
+    HoldCode.ISSUE_RUN_ACTIVE: ({"issue_run_live": True}, RetirementKind.ABANDONED_WARM),
+    HoldCode.RECOVERY_OPEN: ({"recovery_open": True}, RetirementKind.ABANDONED_WARM),
+    HoldCode.EXPORT_PENDING: ({"export_pending": True}, RetirementKind.ABANDONED_WARM),
+    HoldCode.INTENT_PENDING: ({"intent_pending": True}, RetirementKind.ABANDONED_WARM),
+    HoldCode.SANDBOX_SHARED: ({"sandbox_shared": True}, RetirementKind.ABANDONED_WARM),
+    HoldCode.NEWER_LEASE: ({"newer_lease": True}, RetirementKind.ABANDONED_WARM),
+    HoldCode.NO_STOP_RECEIPT: ({"has_stop_receipt": False}, RetirementKind.ABANDONED_WARM),
+    HoldCode.TASK_CAN_RESUME: (
+        {"status": "released", "bound_here": True, "issue_status": "in_progress"},
+        RetirementKind.CLOSED_RESTORE_SOURCE,
+    ),
+    HoldCode.WRITER_ACTIVE: ({"writer_run_id": 7}, RetirementKind.ABANDONED_WARM),
+    HoldCode.RETENTION: (
+        {"status": "released", "released_at": NOW - timedelta(hours=2)},
+        RetirementKind.DONE_TASK_WARM,
+    ),
+    HoldCode.UNKNOWN_AGE: (
+        {"status": "released", "released_at": None},
+        RetirementKind.DONE_TASK_WARM,
+    ),
+}
+
+
+def test_a_clear_candidate_has_no_holds():
+    for kind in RetirementKind:
+        assert compute_holds(CLEAR, kind, now=NOW) == []
+
+
+@pytest.mark.parametrize("code", list(CASES))
+def test_each_hold_is_computed_alone(code):
+    change, kind = CASES[code]
+    assert compute_holds(replace(CLEAR, **change), kind, now=NOW) == [code]
+
+
+def test_operator_hold_comes_from_the_record():
+    holds = compute_holds(CLEAR, RetirementKind.ABANDONED_WARM, operator_hold_reason="x", now=NOW)
+    assert holds == [HoldCode.OPERATOR_HOLD]
+    assert compute_holds(CLEAR, "abandoned_warm", operator_hold_reason="  ", now=NOW) == []
+
+
+def test_every_code_has_a_one_line_explanation():
+    assert set(HOLD_EXPLANATIONS) == {c.value for c in HoldCode}
+    assert all("\n" not in text and text for text in HOLD_EXPLANATIONS.values())
+    assert explain(["retention"]) == {"retention": HOLD_EXPLANATIONS["retention"]}
+
+
+def test_a_missing_acquired_at_is_unknown_age_for_every_kind():
+    facts = replace(CLEAR, acquired_at=None)
+    assert HoldCode.UNKNOWN_AGE in compute_holds(facts, RetirementKind.RESUME_FAILED, now=NOW)
+
+
+def test_a_failed_row_is_never_resumable():
+    facts = replace(CLEAR, status="failed", bound_here=True, issue_status="todo")
+    assert HoldCode.TASK_CAN_RESUME not in compute_holds(facts, "abandoned_warm", now=NOW)
+
+
+def test_holds_do_not_block_a_stop_only_step_except_an_operator_hold():
+    holds = [HoldCode.RUN_ACTIVE, HoldCode.TASK_CAN_RESUME, HoldCode.OPERATOR_HOLD]
+    assert blocking_holds(holds, RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN) == ["operator_hold"]
+    assert blocking_holds(holds[:2], RetirementKind.SUPERSEDED_RUNNING_WARM) == []
+    assert blocking_holds(holds, RetirementKind.ABANDONED_WARM) == holds
