@@ -1,0 +1,112 @@
+import csv
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from sandboxes.models import AuditEvent
+from tests.console.fleet import build_fleet
+from tests.factories import AuditEventFactory
+
+
+@pytest.fixture
+def trail(db):
+    AuditEventFactory(
+        actor_label="oscar", action="retirement.hold", sandbox_id="sbx-1", reason="r1"
+    )
+    AuditEventFactory(
+        actor_label="alice",
+        action="retirement.approve",
+        sandbox_id="sbx-2",
+        reason="r2",
+        before={"stage": "awaiting_approval"},
+        after={"stage": "awaiting_approval", "next_attempt_at": "2026-01-01T00:00:00+00:00"},
+    )
+    AuditEventFactory(actor_label="token:ops-bot", action="retirement.retry", sandbox_id="sbx-1")
+
+
+def _actions(response):
+    return [
+        line.split('"')[1]
+        for line in response.content.decode().splitlines()
+        if "data-audit-action" in line
+    ]
+
+
+def test_reviewers_read_the_whole_trail(as_reviewer, trail):
+    response = as_reviewer.get(reverse("audit"))
+    assert sorted(_actions(response)) == [
+        "retirement.approve",
+        "retirement.hold",
+        "retirement.retry",
+    ]
+    body = response.content.decode()
+    assert "<strong>next attempt at</strong>: — → 2026-01-01" in body
+
+
+def test_it_filters_by_actor_action_sandbox_and_time(as_reviewer, trail):
+    url = reverse("audit")
+    assert _actions(as_reviewer.get(url, {"actor": "ALI"})) == ["retirement.approve"]
+    assert _actions(as_reviewer.get(url, {"action": "retirement.hold"})) == ["retirement.hold"]
+    assert sorted(_actions(as_reviewer.get(url, {"sandbox": "sbx-1"}))) == [
+        "retirement.hold",
+        "retirement.retry",
+    ]
+    future = (timezone.now() + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    assert _actions(as_reviewer.get(url, {"since": future})) == []
+    assert len(_actions(as_reviewer.get(url, {"until": future}))) == 3
+
+
+def test_reviewers_export_csv_streamed(as_reviewer, trail):
+    response = as_reviewer.get(reverse("audit-export-csv"), {"sandbox": "sbx-1"})
+    assert response.streaming
+    assert response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [r["action"] for r in rows] == ["retirement.hold", "retirement.retry"]
+    assert rows[0]["actor_label"] == "oscar" and rows[0]["reason"] == "r1"
+    assert json.loads(rows[0]["before"]) == {}
+
+
+def test_reviewers_export_json_streamed(as_reviewer, trail):
+    response = as_reviewer.get(reverse("audit-export-json"))
+    assert response.streaming
+    data = json.loads(b"".join(response.streaming_content))
+    assert len(data) == 3
+    approve = next(d for d in data if d["action"] == "retirement.approve")
+    assert approve["before"] == {"stage": "awaiting_approval"}
+    assert set(approve) >= {"at", "actor_label", "action", "object_id", "reason", "after"}
+
+
+def test_the_export_iterates_instead_of_loading_the_table(as_reviewer, trail, monkeypatch):
+    from django.db.models.query import QuerySet
+
+    calls = []
+    original = QuerySet.iterator
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs.get("chunk_size"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(QuerySet, "iterator", spy)
+    b"".join(as_reviewer.get(reverse("audit-export-json")).streaming_content)
+    assert calls == [2000]
+
+
+def test_audit_rows_cannot_be_changed(trail):
+    from sandboxes.models import AppendOnlyError
+
+    event = AuditEvent.objects.first()
+    event.reason = "rewritten"
+    with pytest.raises(AppendOnlyError):
+        event.save()
+
+
+@pytest.mark.parametrize("size", [10, 100])
+def test_it_runs_a_bounded_number_of_queries(as_reviewer, django_assert_max_num_queries, size):
+    build_fleet(size)
+    with django_assert_max_num_queries(12):
+        assert as_reviewer.get(reverse("audit")).status_code == 200

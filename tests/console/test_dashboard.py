@@ -1,0 +1,107 @@
+import re
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from sandboxes.models.choices import Stage
+from tests.console.fleet import build_fleet
+from tests.factories import ReconcilerPassFactory, RetirementFactory
+
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def _fp(content: bytes) -> str:
+    return re.search(rb'data-fp="([0-9a-f]+)"', content).group(1).decode()
+
+
+def test_it_counts_by_stage_and_kind(as_reviewer, db):
+    RetirementFactory(stage=Stage.AWAITING_APPROVAL, size_bytes=2048)
+    RetirementFactory(stage=Stage.AWAITING_APPROVAL, needs_attention=True)
+    RetirementFactory(stage=Stage.RETIRED, closed_at=timezone.now() - timedelta(hours=2))
+    RetirementFactory(stage=Stage.RETIRED, closed_at=timezone.now() - timedelta(days=3))
+    response = as_reviewer.get(reverse("dashboard"))
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'data-tile="awaiting">2<' in body
+    assert 'data-tile="attention">1<' in body
+    assert 'data-tile="retired24h">1<' in body
+    assert 'data-tile="open">2<' in body
+    assert "2.0\xa0KB" in body and "1 without a size" in body
+    assert 'data-stage="retired">2<' in body
+    assert 'data-kind="abandoned_warm">2<' in body
+
+
+def test_it_draws_the_trend_from_reconciler_passes(as_reviewer, db):
+    now = timezone.now()
+    for i, (kept, retired) in enumerate([(10, 0), (8, 2), (5, 3)]):
+        ReconcilerPassFactory(
+            started_at=now - timedelta(minutes=10 - i), candidates=kept, retired=retired
+        )
+    body = as_reviewer.get(reverse("dashboard")).content.decode()
+    assert "<svg" in body and "<polyline" in body
+    assert body.count('class="bar"') == 2
+    assert "kept sandboxes (now 5)" in body
+    assert "5 over 3 passes" in body
+
+
+def test_it_says_when_no_pass_has_run(as_reviewer, db):
+    assert b"No reconciler pass has run yet" in as_reviewer.get(reverse("dashboard")).content
+
+
+def test_the_poll_returns_the_live_fragment(as_reviewer, db):
+    response = as_reviewer.get(reverse("dashboard"), **HX)
+    assert response.status_code == 200
+    assert response.content.lstrip().startswith(b'<div id="live"')
+    assert b"<html" not in response.content
+    assert response["ETag"]
+
+
+def test_the_poll_answers_204_when_nothing_changed(as_reviewer, db):
+    RetirementFactory()
+    fp = _fp(as_reviewer.get(reverse("dashboard")).content)
+    response = as_reviewer.get(reverse("dashboard"), {"fp": fp}, **HX)
+    assert response.status_code == 204
+    assert response.content == b""
+
+
+def test_the_poll_answers_304_to_a_matching_etag(as_reviewer, db):
+    etag = as_reviewer.get(reverse("dashboard"), **HX)["ETag"]
+    response = as_reviewer.get(reverse("dashboard"), HTTP_IF_NONE_MATCH=etag, **HX)
+    assert response.status_code == 304
+
+
+def test_the_poll_sends_the_fragment_when_something_changed(as_reviewer, db):
+    r = RetirementFactory()
+    fp = _fp(as_reviewer.get(reverse("dashboard")).content)
+    r.stage = Stage.AWAITING_APPROVAL
+    r.save()
+    response = as_reviewer.get(reverse("dashboard"), {"fp": fp}, **HX)
+    assert response.status_code == 200
+    assert b'data-tile="awaiting">1<' in response.content
+    ReconcilerPassFactory()
+    fp2 = _fp(response.content)
+    assert as_reviewer.get(reverse("dashboard"), {"fp": fp2}, **HX).status_code == 200
+
+
+def test_the_poll_slows_down_when_the_tab_is_hidden(as_reviewer, db):
+    body = as_reviewer.get(reverse("dashboard")).content.decode()
+    assert "every 3s [document.visibilityState==&#x27;visible&#x27;]" in body
+    assert "every 30s [document.visibilityState==&#x27;hidden&#x27;]" in body
+
+
+@pytest.mark.parametrize("size", [5, 50])
+def test_it_runs_a_bounded_number_of_queries(as_operator, django_assert_max_num_queries, size):
+    build_fleet(size)
+    with django_assert_max_num_queries(12):
+        assert as_operator.get(reverse("dashboard")).status_code == 200
+    with django_assert_max_num_queries(12):
+        assert as_operator.get(reverse("dashboard"), **HX).status_code == 200
+
+
+def test_the_unchanged_poll_is_cheap(as_operator, django_assert_max_num_queries, db):
+    build_fleet(20)
+    fp = _fp(as_operator.get(reverse("dashboard")).content)
+    with django_assert_max_num_queries(6):
+        assert as_operator.get(reverse("dashboard"), {"fp": fp}, **HX).status_code == 204

@@ -1,0 +1,75 @@
+from datetime import timedelta
+
+from django.urls import reverse
+
+from sandboxes.models import AuditEvent
+from tests.factories import EnvironmentFactory
+
+
+def _form(env, **overrides):
+    data = {
+        "retirement_mode": "manual",
+        "warm_retention_hours": "48",
+        "max_retirements_per_pass": "10",
+        "workspace_root": "work",
+        "reason": "slow down retirements in prod",
+        **overrides,
+    }
+    return {f"{env.pk}-{k}": v for k, v in data.items()}
+
+
+def test_everyone_reads_the_policies_but_only_admins_get_a_form(as_reviewer, as_admin, db):
+    EnvironmentFactory(name="prod-east")
+    body = as_reviewer.get(reverse("environments")).content.decode()
+    assert "prod-east" in body and "Save policy" not in body
+    assert "Save policy" in as_admin.get(reverse("environments")).content.decode()
+
+
+def test_admins_edit_the_policy_with_one_audit_row(as_admin, admin, db):
+    env = EnvironmentFactory(retirement_mode="auto")
+    response = as_admin.post(reverse("environment-policy", kwargs={"pk": env.pk}), _form(env))
+    assert response.status_code == 302
+    env.refresh_from_db()
+    assert env.retirement_mode == "manual"
+    assert env.warm_retention == timedelta(hours=48)
+    assert env.max_retirements_per_pass == 10
+    assert env.workspace_root == "work"
+    (event,) = AuditEvent.objects.all()
+    assert event.action == "environment.edit_policy"
+    assert event.actor == admin and event.reason == "slow down retirements in prod"
+    assert event.before == {
+        "retirement_mode": "auto",
+        "warm_retention_hours": 24.0,
+        "max_retirements_per_pass": 50,
+        "workspace_root": "workspace",
+    }
+    assert event.after["retirement_mode"] == "manual"
+    assert event.after["warm_retention_hours"] == 48.0
+
+
+def test_it_rejects_a_bad_policy(as_admin, db):
+    env = EnvironmentFactory()
+    url = reverse("environment-policy", kwargs={"pk": env.pk})
+    for bad in (
+        {"retirement_mode": "yolo"},
+        {"max_retirements_per_pass": "-1"},
+        {"workspace_root": "../etc"},
+        {"reason": ""},
+    ):
+        assert as_admin.post(url, _form(env, **bad)).status_code == 400, bad
+    assert AuditEvent.objects.count() == 0
+
+
+def test_an_unchanged_policy_writes_nothing(as_admin, db):
+    env = EnvironmentFactory(retirement_mode="auto")
+    data = _form(
+        env,
+        retirement_mode="auto",
+        warm_retention_hours="24",
+        max_retirements_per_pass="50",
+        workspace_root="workspace",
+    )
+    response = as_admin.post(reverse("environment-policy", kwargs={"pk": env.pk}), data)
+    assert response.status_code == 400
+    assert b"Nothing changed." in response.content
+    assert AuditEvent.objects.count() == 0

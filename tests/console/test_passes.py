@@ -1,0 +1,40 @@
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from tests.console.fleet import build_fleet
+from tests.factories import ReconcilerPassFactory
+
+
+def test_it_lists_each_pass_with_counts_duration_and_errors(as_reviewer, db):
+    start = timezone.now() - timedelta(minutes=1)
+    ReconcilerPassFactory(
+        started_at=start,
+        finished_at=start + timedelta(seconds=2.5),
+        candidates=7,
+        advanced=3,
+        retired=2,
+        failed=1,
+        errors=["sbx-1: provider timed out"],
+        environment_name="prod-east",
+    )
+    body = as_reviewer.get(reverse("passes")).content.decode()
+    assert "2.50 s" in body
+    assert "prod-east" in body
+    assert "sbx-1: provider timed out" in body
+    for n in (">7<", ">3<", ">2<", ">1<"):
+        assert n in body
+
+
+def test_a_running_pass_says_so(as_reviewer, db):
+    ReconcilerPassFactory(finished_at=None)
+    assert b"running" in as_reviewer.get(reverse("passes")).content
+
+
+@pytest.mark.parametrize("size", [10, 100])
+def test_it_runs_a_bounded_number_of_queries(as_reviewer, django_assert_max_num_queries, size):
+    build_fleet(size)
+    with django_assert_max_num_queries(12):
+        assert as_reviewer.get(reverse("passes")).status_code == 200

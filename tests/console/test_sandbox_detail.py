@@ -1,0 +1,164 @@
+from datetime import timedelta
+
+import pytest
+from django.core.files.base import ContentFile
+from django.urls import reverse
+from django.utils import timezone
+
+from sandboxes.models import Attachment
+from sandboxes.models.choices import LeaseStatus, ReceiptKind, Stage
+from tests.console.conftest import clean_compare
+from tests.factories import (
+    EnvironmentLeaseFactory,
+    ReceiptFactory,
+    RetirementFactory,
+)
+
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def _detail(client, r, **params):
+    return client.get(reverse("sandbox-detail", kwargs={"pk": r.pk}), params)
+
+
+def test_it_shows_every_lease_row_on_the_sandbox_as_a_timeline(as_reviewer, db):
+    now = timezone.now()
+    old = EnvironmentLeaseFactory(
+        provider_lease_id="sbx-shared",
+        status=LeaseStatus.EXPIRED,
+        acquired_at=now - timedelta(days=2),
+    )
+    new = EnvironmentLeaseFactory(
+        provider_lease_id="sbx-shared", environment=old.environment, acquired_at=now
+    )
+    EnvironmentLeaseFactory(provider_lease_id="sbx-other")
+    r = RetirementFactory(lease=new)
+    body = _detail(as_reviewer, r).content.decode()
+    assert body.index(str(old.pk)) < body.index(str(new.pk))
+    assert "sbx-other" not in body
+    assert "this retirement's lease" in body
+
+
+def test_it_explains_every_hold(as_reviewer, db):
+    r = RetirementFactory(
+        holds=["retention", "unknown_age"],
+        hold_reasons={"retention": "Released 3 h ago; retention is 24 h."},
+    )
+    body = _detail(as_reviewer, r).content.decode()
+    assert "Released 3 h ago; retention is 24 h." in body
+    assert "never delete what cannot be dated" in body
+
+
+def test_it_shows_the_compare_diff_with_sizes(as_reviewer, db):
+    r = RetirementFactory()
+    clean_compare(
+        r,
+        clean=False,
+        added=[{"path": "new.txt", "size": 2048}],
+        changed=[{"path": "src/app.py", "size": 10}],
+        deleted=["old.txt"],
+        counts={"added": 1, "changed": 1, "deleted": 1},
+    )
+    body = _detail(as_reviewer, r).content.decode()
+    assert '<tr class="chg-added"><td>added</td><td><code>new.txt</code></td>' in body
+    assert "2.0\xa0KB" in body
+    assert '<tr class="chg-changed"><td>changed</td><td><code>src/app.py</code>' in body
+    assert '<tr class="chg-deleted"><td>deleted</td><td><code>old.txt</code>' in body
+    assert "unsaved files" in body
+
+
+def test_it_links_exported_files_to_the_stored_attachments(as_reviewer, db):
+    r = RetirementFactory()
+    compare = clean_compare(r, clean=False, added=[{"path": "notes.md", "size": 5}])
+    att = Attachment(issue=r.lease.issue, retirement=r, path="notes.md", sha256="a" * 64, size=5)
+    att.file.save(Attachment.storage_name(att.sha256), ContentFile(b"hello"), save=False)
+    att.save()
+    ReceiptFactory(
+        kind=ReceiptKind.SALVAGE_EXPORT,
+        state=None,
+        lease=r.lease,
+        retirement=r,
+        payload={
+            "verified": True,
+            "compare_receipt_id": str(compare.pk),
+            "files": [
+                {"path": "notes.md", "size": 5, "sha256": "a" * 64, "attachment": str(att.pk)}
+            ],
+            "deleted": [],
+        },
+    )
+    body = _detail(as_reviewer, r).content.decode()
+    link = reverse("attachment", kwargs={"pk": att.pk})
+    assert f'href="{link}"' in body
+    assert "verified" in body
+    download = as_reviewer.get(link)
+    assert download.status_code == 200
+    assert b"".join(download.streaming_content) == b"hello"
+    assert 'filename="notes.md"' in download["Content-Disposition"]
+
+
+def test_attachments_need_a_login(client, db):
+    url = reverse("attachment", kwargs={"pk": "00000000-0000-0000-0000-000000000001"})
+    assert client.get(url).status_code == 302
+
+
+def test_reviewers_see_no_action_buttons(as_reviewer, awaiting):
+    body = _detail(as_reviewer, awaiting).content.decode()
+    assert "data-actions" not in body
+    for label in ("Approve retirement", "Retry now", ">Hold<", "Discard unsaved work"):
+        assert label not in body
+
+
+def test_operators_see_approve_only_when_proof_exists(as_operator, awaiting, unproven):
+    body = _detail(as_operator, awaiting).content.decode()
+    assert "Approve retirement" in body and "Retry now" in body and ">Hold<" in body
+    assert "Discard unsaved work" not in body
+    body = _detail(as_operator, unproven).content.decode()
+    assert "Approve retirement" not in body
+    assert "Approve is unavailable until proof exists" in body
+
+
+def test_admins_see_the_attest_form(as_admin, unproven):
+    assert "Discard unsaved work and retire" in _detail(as_admin, unproven).content.decode()
+
+
+def test_a_closed_retirement_offers_no_actions(as_admin, db):
+    r = RetirementFactory(stage=Stage.RETIRED)
+    assert "data-actions" not in _detail(as_admin, r).content.decode()
+
+
+def test_the_receipts_fragment_refreshes_alone(as_reviewer, awaiting):
+    response = as_reviewer.get(
+        reverse("sandbox-detail", kwargs={"pk": awaiting.pk}), {"part": "receipts"}, **HX
+    )
+    assert response.content.lstrip().startswith(b'<section id="receipts"')
+
+
+def test_it_asks_the_provider_for_its_state_on_demand(as_reviewer, db):
+    r = RetirementFactory()  # local provider; the directory does not exist → destroyed
+    url = reverse("sandbox-provider-state", kwargs={"pk": r.pk})
+    response = as_reviewer.get(url, **HX)
+    assert response.status_code == 200
+    assert b"data-provider-state>destroyed<" in response.content
+    assert as_reviewer.get(url).status_code == 200
+
+
+def test_it_reports_a_provider_error_instead_of_failing(as_reviewer, db, settings):
+    settings.DAYTONA_API_URL = ""
+    r = RetirementFactory(lease__environment__provider="daytona")
+    response = as_reviewer.get(reverse("sandbox-provider-state", kwargs={"pk": r.pk}), **HX)
+    assert response.status_code == 200
+    assert b"Could not ask the provider" in response.content
+
+
+@pytest.mark.parametrize("size", [2, 20])
+def test_it_runs_a_bounded_number_of_queries(as_admin, django_assert_max_num_queries, size):
+    first = EnvironmentLeaseFactory(provider_lease_id="sbx-many")
+    for _ in range(size - 1):
+        EnvironmentLeaseFactory(provider_lease_id="sbx-many", environment=first.environment)
+    r = RetirementFactory(lease=first, stage=Stage.AWAITING_APPROVAL)
+    for _ in range(size):
+        clean_compare(r)
+        ReceiptFactory(lease=first)
+    with django_assert_max_num_queries(12):
+        assert _detail(as_admin, r).status_code == 200
