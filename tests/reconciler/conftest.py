@@ -40,6 +40,13 @@ class Spy:
         return sum(1 for op, sid in self.calls if op == operation and (sandbox_id in (None, sid)))
 
 
+@pytest.fixture(autouse=True)
+def media(settings, tmp_path):
+    """Attachments are content-addressed: each test gets an empty store."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return settings.MEDIA_ROOT
+
+
 @pytest.fixture
 def local(tmp_path):
     return Spy(LocalProvider(root=tmp_path / "sandboxes", budget_seconds=5))

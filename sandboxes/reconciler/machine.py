@@ -1,0 +1,707 @@
+"""The salvage-then-retire state machine (DOMAIN §2.3, §2.4).
+
+A worker claims due records (SELECT … FOR UPDATE SKIP LOCKED, then a fenced
+claim: attempt_id + claimed_until), and advances each one step at a time:
+
+    plan (transaction, row lock: re-check predicate and holds, pick the step)
+    → provider I/O (no transaction open)
+    → record (transaction, fenced on the claim: receipt + stage)
+
+The next step is derived from the record's receipts, never from memory, so a
+worker that dies anywhere is continued by the next one from the last receipt.
+Every destroy goes through `retire_sandbox`, which asks `authorize_destroy`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from sandboxes import audit
+from sandboxes.models import (
+    Attachment,
+    Environment,
+    EnvironmentLease,
+    Receipt,
+    Retirement,
+)
+from sandboxes.models.choices import (
+    RECEIPT_SCHEMAS,
+    STAGES_CLOSED,
+    CleanupStatus,
+    Disposition,
+    LeaseStatus,
+    ReceiptKind,
+    RetirementKind,
+    RetirementMode,
+    Stage,
+    TerminationState,
+)
+from sandboxes.proof import PROOF_KINDS, has_approval, proof_from_receipts
+from sandboxes.providers.base import Confirmation, ProviderError, SandboxState
+from sandboxes.providers.registry import get_provider
+from sandboxes.release import release_outcome
+
+from . import salvage
+from .candidates import Candidate, judge_lease_locked
+from .holds import STOP_ONLY_KINDS, blocking_holds, compute_holds, explain
+
+log = logging.getLogger(__name__)
+
+CLAIM_SECONDS = 15 * 60
+BACKOFF_FIRST = 30
+BACKOFF_CAP = 30 * 60
+NEEDS_ATTENTION_AFTER = 5
+# Stages a worker may pick up when next_attempt_at is due. `held` records are
+# released by the listing sync once their holds clear.
+WORKABLE_STAGES = (
+    Stage.LISTED,
+    Stage.COMPARING,
+    Stage.EXPORTING,
+    Stage.RETIRING,
+    Stage.AWAITING_APPROVAL,
+    Stage.FAILED,
+)
+
+
+class ClaimLost(Exception):
+    """Another worker owns the record now (our claim expired); drop our result."""
+
+
+class DestroyRefused(Exception):
+    """The proof rule (or a hold, the mode, or approval) forbids this destroy."""
+
+
+def backoff(attempts: int) -> timedelta:
+    """30 s, doubling, capped at 30 min; from the 6th failure on, every 30 min."""
+    if attempts > NEEDS_ATTENTION_AFTER:
+        return timedelta(seconds=BACKOFF_CAP)
+    return timedelta(seconds=min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** max(0, attempts - 1)))
+
+
+def checkpoint(name: str) -> None:
+    """A named point between steps. Tests replace it to simulate a worker dying."""
+
+
+def default_provider_for(environment: Environment):
+    return get_provider(
+        environment.provider,
+        api_url=environment.api_url or None,
+        api_key_env=environment.api_key_env or "DAYTONA_API_KEY",
+    )
+
+
+@dataclass
+class Worker:
+    """One reconciler worker's pass-scoped state."""
+
+    name: str = ""
+    provider_for: Callable | None = None  # None: default_provider_for
+    retired_by_env: Counter = field(default_factory=Counter)
+    cap_by_env: dict = field(default_factory=dict)
+    errors: list = field(default_factory=list)
+    advanced: int = 0
+    retired: int = 0
+    failed: int = 0
+    _providers: dict = field(default_factory=dict)
+
+    def provider(self, environment: Environment):
+        key = environment.pk
+        if key not in self._providers:
+            factory = self.provider_for or default_provider_for
+            self._providers[key] = factory(environment)
+        return self._providers[key]
+
+    def under_cap(self, environment: Environment) -> bool:
+        return self.retired_by_env[environment.pk] < environment.max_retirements_per_pass
+
+
+# --- claims -------------------------------------------------------------------
+
+
+def due_filter(now):
+    return {"stage__in": WORKABLE_STAGES, "next_attempt_at__lte": now}
+
+
+def claim_due(
+    *, limit: int = 25, environment_id=None, exclude=(), now=None
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Claim up to `limit` due, unclaimed records; returns (record id, attempt id)."""
+    now = now or timezone.now()
+    attempt = uuid.uuid4()
+    with transaction.atomic():
+        qs = Retirement.objects.filter(**due_filter(now)).exclude(claimed_until__gt=now)
+        if environment_id is not None:
+            qs = qs.filter(environment_id=environment_id)
+        if exclude:
+            qs = qs.exclude(pk__in=list(exclude))
+        ids = list(
+            qs.select_for_update(skip_locked=True)
+            .order_by("next_attempt_at")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if ids:
+            Retirement.objects.filter(pk__in=ids).update(
+                attempt_id=attempt, claimed_until=now + timedelta(seconds=CLAIM_SECONDS)
+            )
+    return [(pk, attempt) for pk in ids]
+
+
+@contextmanager
+def fenced(retirement_id, attempt_id):
+    """A transaction holding the record's row lock, only while our claim holds."""
+    with transaction.atomic():
+        r = (
+            Retirement.objects.select_for_update()
+            .filter(pk=retirement_id, attempt_id=attempt_id, claimed_until__gt=timezone.now())
+            .select_related("environment", "lease")
+            .first()
+        )
+        if r is None:
+            raise ClaimLost(f"claim {attempt_id} on {retirement_id} no longer holds")
+        yield r
+
+
+def release_claim(retirement_id, attempt_id) -> None:
+    Retirement.objects.filter(pk=retirement_id, attempt_id=attempt_id).update(
+        attempt_id=None, claimed_until=None
+    )
+
+
+# --- plans ----------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    action: str  # stop_only | stop_before_wait | compare | export | retire
+    retirement_id: uuid.UUID
+    environment: Environment
+    sandbox_id: str
+    root: str = ""
+    manifest: dict = field(default_factory=dict)
+    export_files: dict = field(default_factory=dict)
+    deleted: list = field(default_factory=list)
+    compare_receipt_id: str = ""
+
+
+def workspace_root(lease: EnvironmentLease, environment: Environment) -> str:
+    return (lease.metadata or {}).get("remoteCwd") or environment.workspace_root or "workspace"
+
+
+def _record_receipts(r: Retirement) -> list[Receipt]:
+    return list(
+        Receipt.objects.filter(
+            retirement=r, kind__in=(*PROOF_KINDS, ReceiptKind.APPROVAL)
+        ).order_by("confirmed_at", "created_at")
+    )
+
+
+def _latest_compare(receipts: list[Receipt]) -> Receipt | None:
+    compares = [x for x in receipts if x.kind == ReceiptKind.SALVAGE_COMPARE]
+    return compares[-1] if compares else None
+
+
+def _refresh_holds(r: Retirement, cand: Candidate | None, now) -> list[str]:
+    if cand is None or cand.kind is None:
+        return []
+    r.kind = cand.kind
+    r.holds = compute_holds(
+        cand.facts, cand.kind, operator_hold_reason=r.operator_hold_reason, now=now
+    )
+    r.hold_reasons = explain(r.holds)
+    return blocking_holds(r.holds, cand.kind)
+
+
+def _close(r: Retirement, stage: str, reason: str, now) -> None:
+    before = {"stage": r.stage}
+    r.stage = stage
+    r.closed_at = now
+    r.closed_reason = reason
+    r.next_attempt_at = None
+    r.save()
+    audit.record(
+        actor=None,
+        action=f"retirement.{stage}",
+        obj=r,
+        reason=reason,
+        before=before,
+        after={"stage": stage, "kind": r.kind},
+    )
+
+
+def _wait(r: Retirement, stage: str, next_attempt_at=None) -> None:
+    r.stage = stage
+    r.next_attempt_at = next_attempt_at
+    r.save()
+
+
+def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
+    """Under the row lock: re-check the predicate and holds, and decide the next step.
+    Returns None when the record now waits or is closed."""
+    now = timezone.now()
+    with fenced(retirement_id, attempt_id) as r:
+        if r.stage in STAGES_CLOSED:
+            return None
+        env = r.environment
+        cand = judge_lease_locked(r.lease_id)
+        started = r.started_for_salvage
+        base = {"retirement_id": r.pk, "environment": env, "sandbox_id": r.provider_lease_id}
+
+        if cand is None or cand.kind is None:
+            if started:
+                return Plan("stop_before_wait", **base)
+            _close(
+                r, Stage.DISMISSED, "no longer a candidate (the predicate stopped matching)", now
+            )
+            return None
+
+        blocking = _refresh_holds(r, cand, now)
+        if blocking:
+            if started and env.retirement_mode != RetirementMode.OBSERVE:
+                r.save()
+                return Plan("stop_before_wait", **base)
+            _wait(r, Stage.HELD)
+            return None
+
+        if env.retirement_mode == RetirementMode.OBSERVE:
+            # Observe: list and explain only; never a provider call beyond reads.
+            _wait(r, Stage.LISTED)
+            return None
+
+        if r.kind in STOP_ONLY_KINDS:
+            r.save()
+            return Plan("stop_only", **base)
+
+        receipts = _record_receipts(r)
+        proof = proof_from_receipts(r, receipts)
+        if proof:
+            if env.retirement_mode == RetirementMode.MANUAL and not has_approval(r, receipts):
+                if started:
+                    r.save()
+                    return Plan("stop_before_wait", **base)
+                _wait(r, Stage.AWAITING_APPROVAL)
+                return None
+            if not worker.under_cap(env):
+                _wait(r, r.stage, next_attempt_at=now)  # next pass: blast-radius cap
+                return None
+            r.stage = Stage.RETIRING
+            r.save()
+            return Plan("retire", **base)
+
+        lease = r.lease
+        root = workspace_root(lease, env)
+        latest = _latest_compare(receipts)
+        stale = latest is not None and any(
+            x.kind == ReceiptKind.SALVAGE_EXPORT
+            and x.payload.get("stale")
+            and x.payload.get("compare_receipt_id") == str(latest.pk)
+            for x in receipts
+        )
+        if latest is not None and not latest.payload.get("clean") and not stale:
+            r.stage = Stage.EXPORTING
+            r.save()
+            files = {f["path"]: f for f in latest.payload["added"] + latest.payload["changed"]}
+            return Plan(
+                "export",
+                **base,
+                root=root,
+                export_files=files,
+                deleted=list(latest.payload.get("deleted", [])),
+                compare_receipt_id=str(latest.pk),
+            )
+        r.stage = Stage.COMPARING
+        r.save()
+        manifest = {}
+        if lease.execution_workspace_id:
+            manifest = lease.execution_workspace.saved_manifest or {}
+        return Plan("compare", **base, root=root, manifest=manifest)
+
+
+# --- receipts ---------------------------------------------------------------------
+
+
+def _receipt(r: Retirement, kind: str, *, request_id: str, payload: dict, state=None, at=None):
+    return Receipt.objects.create(
+        kind=kind,
+        lease_id=r.lease_id,
+        run_id=r.lease.heartbeat_run_id,
+        retirement=r,
+        provider_lease_id=r.provider_lease_id,
+        state=state,
+        schema=RECEIPT_SCHEMAS.get(kind, ""),
+        confirmed_at=at or timezone.now(),
+        request_id=request_id,
+        payload=payload,
+        actor="system",
+    )
+
+
+def _stop_receipts(r: Retirement, conf: Confirmation, *, retain: bool) -> None:
+    payload = conf.as_payload() | {"by": "console"}
+    _receipt(
+        r,
+        ReceiptKind.TERMINATION,
+        request_id=conf.request_id,
+        payload=payload,
+        state=TerminationState.STOPPED,
+        at=conf.confirmed_at,
+    )
+    if retain:
+        _receipt(
+            r,
+            ReceiptKind.STOP_AND_RETAIN,
+            request_id=conf.request_id,
+            payload=payload,
+            state=TerminationState.STOPPED,
+            at=conf.confirmed_at,
+        )
+
+
+def _succeeded(r: Retirement) -> None:
+    r.attempts = 0
+    r.needs_attention = False
+    r.last_error = ""
+
+
+# --- steps --------------------------------------------------------------------------
+
+
+def _stop(provider, sandbox_id: str) -> Confirmation | None:
+    """Stop; a sandbox already gone needs no stop."""
+    info = provider.get(sandbox_id)
+    if info.state == SandboxState.DESTROYED:
+        return None
+    return provider.stop(sandbox_id)
+
+
+def do_stop_only(plan: Plan, attempt_id, worker: Worker) -> None:
+    """Stop, confirm, receipt, lease → released (or the release rule's status). Never destroys."""
+    conf = _stop(worker.provider(plan.environment), plan.sandbox_id)
+    checkpoint("stop_only:after_stop")
+    now = timezone.now()
+    with fenced(plan.retirement_id, attempt_id) as r:
+        lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
+        if conf is None:
+            _close(r, Stage.DISMISSED, "the sandbox is already gone at the provider", now)
+            return
+        _stop_receipts(r, conf, retain=True)
+        lease.disposition = Disposition.STOP_AND_RETAIN
+        if r.kind == RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN:
+            run_status = lease.heartbeat_run.status if lease.heartbeat_run_id else None
+            _, lease.status = release_outcome(
+                Disposition.STOP_AND_RETAIN, run_status, lease.lease_policy
+            )
+        else:
+            lease.status = LeaseStatus.RELEASED
+        lease.released_at = lease.released_at or conf.confirmed_at
+        lease.save(update_fields=["disposition", "status", "released_at", "updated_at"])
+        _succeeded(r)
+        r.started_for_salvage = False
+        r.provider_state = str(conf.state)
+        r.provider_state_at = conf.confirmed_at
+        # The stopped sandbox is judged afresh on a later pass (seed 001).
+        _wait(r, Stage.LISTED, next_attempt_at=now)
+        audit.record(
+            actor=None,
+            action="retirement.stopped",
+            obj=r,
+            reason=f"stop-only step for {r.kind}",
+            after={"lease_status": lease.status, "disposition": lease.disposition},
+        )
+
+
+def do_stop_before_wait(plan: Plan, attempt_id, worker: Worker) -> None:
+    conf = _stop(worker.provider(plan.environment), plan.sandbox_id)
+    with fenced(plan.retirement_id, attempt_id) as r:
+        if conf is not None:
+            _stop_receipts(r, conf, retain=False)
+            r.provider_state = str(conf.state)
+            r.provider_state_at = conf.confirmed_at
+        r.started_for_salvage = False
+        r.save()
+
+
+def _mark_started(retirement_id, attempt_id) -> None:
+    with fenced(retirement_id, attempt_id) as r:
+        r.started_for_salvage = True
+        r.save(update_fields=["started_for_salvage", "updated_at"])
+
+
+def _ensure_started(plan: Plan, attempt_id, provider) -> bool:
+    """Start the sandbox for file access; False when it is gone. The flag is
+    written before the start so a crash still leaves someone to stop it."""
+    info = provider.get(plan.sandbox_id)
+    if info.state == SandboxState.DESTROYED:
+        return False
+    if info.state != SandboxState.STARTED:
+        _mark_started(plan.retirement_id, attempt_id)
+        provider.start(plan.sandbox_id)
+    return True
+
+
+def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
+    provider = worker.provider(plan.environment)
+    alive = _ensure_started(plan, attempt_id, provider)
+    now = timezone.now()
+    if not alive:
+        with fenced(plan.retirement_id, attempt_id) as r:
+            _close(r, Stage.DISMISSED, "the sandbox is already gone at the provider", now)
+        return
+    digests = provider.hash_files(plan.sandbox_id, plan.root)
+    diff = salvage.diff_against_manifest(digests, plan.manifest)
+    checkpoint("compare:before_receipt")
+    with fenced(plan.retirement_id, attempt_id) as r:
+        _receipt(
+            r,
+            ReceiptKind.SALVAGE_COMPARE,
+            request_id=uuid.uuid4().hex,
+            payload=diff.as_payload(plan.root),
+        )
+        r.size_bytes = diff.total_bytes
+        _succeeded(r)
+        r.stage = Stage.RETIRING if diff.clean else Stage.EXPORTING
+        r.save()
+    checkpoint("compare:after_receipt")
+
+
+def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
+    provider = worker.provider(plan.environment)
+    if not _ensure_started(plan, attempt_id, provider):
+        with fenced(plan.retirement_id, attempt_id) as r:
+            _close(
+                r, Stage.DISMISSED, "the sandbox is already gone at the provider", timezone.now()
+            )
+        return
+    try:
+        opened = provider.open_files(plan.sandbox_id, plan.root, sorted(plan.export_files))
+        exported = salvage.export_files(opened, plan.export_files)
+    except salvage.StaleCompare as exc:
+        with fenced(plan.retirement_id, attempt_id) as r:
+            _receipt(
+                r,
+                ReceiptKind.SALVAGE_EXPORT,
+                request_id=uuid.uuid4().hex,
+                payload={
+                    "verified": False,
+                    "stale": True,
+                    "compare_receipt_id": plan.compare_receipt_id,
+                    "error": str(exc),
+                },
+            )
+            r.stage = Stage.COMPARING
+            r.save()
+        return
+    checkpoint("export:before_receipt")
+    with fenced(plan.retirement_id, attempt_id) as r:
+        issue_id = r.lease.issue_id
+        files = []
+        for f in exported:
+            attachment = None
+            if issue_id is not None:
+                attachment = Attachment.objects.create(
+                    issue_id=issue_id,
+                    retirement=r,
+                    path=f["path"],
+                    sha256=f["sha256"],
+                    size=f["size"],
+                    file=f["storage"],
+                )
+            files.append(
+                {
+                    "path": f["path"],
+                    "size": f["size"],
+                    "sha256": f["sha256"],
+                    "attachment": str(attachment.pk) if attachment else None,
+                    "storage": f["storage"],
+                }
+            )
+        _receipt(
+            r,
+            ReceiptKind.SALVAGE_EXPORT,
+            request_id=uuid.uuid4().hex,
+            payload={
+                "verified": True,
+                "compare_receipt_id": plan.compare_receipt_id,
+                "files": files,
+                "deleted": plan.deleted,
+                "bytes": sum(f["size"] for f in files),
+            },
+        )
+        _succeeded(r)
+        r.stage = Stage.RETIRING
+        r.save()
+    checkpoint("export:after_receipt")
+
+
+def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
+    """The gate every destroy passes: returns the proof's reason or raises DestroyRefused.
+    Call under the record's row lock."""
+    if cand is None or cand.kind is None:
+        raise DestroyRefused("the sandbox is no longer a candidate")
+    if cand.kind in STOP_ONLY_KINDS or r.kind in STOP_ONLY_KINDS:
+        raise DestroyRefused(f"{cand.kind} allows a stop only, never a destroy")
+    holds = compute_holds(
+        cand.facts, cand.kind, operator_hold_reason=r.operator_hold_reason, now=now
+    )
+    if holds:
+        raise DestroyRefused(f"held: {', '.join(holds)}")
+    env = r.environment
+    if env.retirement_mode == RetirementMode.OBSERVE:
+        raise DestroyRefused("the environment is in observe mode")
+    receipts = _record_receipts(r)
+    proof = proof_from_receipts(r, receipts)
+    if not proof:
+        raise DestroyRefused(f"no proof: {proof.reason}")
+    if env.retirement_mode == RetirementMode.MANUAL and not has_approval(r, receipts):
+        raise DestroyRefused("manual mode: no operator approval recorded")
+    return proof.reason
+
+
+def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
+    """The one path to a provider destroy: gate under the lock, destroy (idempotent;
+    a read first, so a sandbox already gone is not destroyed again), record."""
+    now = timezone.now()
+    with fenced(plan.retirement_id, attempt_id) as r:
+        cand = judge_lease_locked(r.lease_id)
+        proof_reason = authorize_destroy(r, cand, now)
+        # Extend the claim so the destroy and its receipt happen inside it.
+        r.claimed_until = now + timedelta(seconds=CLAIM_SECONDS)
+        r.stage = Stage.RETIRING
+        r.save()
+    provider = worker.provider(plan.environment)
+    info = provider.get(plan.sandbox_id)
+    if info.state == SandboxState.DESTROYED:
+        conf = Confirmation(
+            sandbox_id=plan.sandbox_id,
+            state=SandboxState.DESTROYED,
+            confirmed_at=timezone.now(),
+            request_id=uuid.uuid4().hex,
+            operation="get",
+            provider=getattr(provider, "name", ""),
+        )
+    else:
+        conf = provider.destroy(plan.sandbox_id)
+    checkpoint("retire:after_destroy")
+    after = provider.get(plan.sandbox_id)
+    if after.state != SandboxState.DESTROYED:
+        raise ProviderError(
+            f"{plan.sandbox_id} still reads {after.state} after destroy", sandbox_id=plan.sandbox_id
+        )
+    now = timezone.now()
+    with fenced(plan.retirement_id, attempt_id) as r:
+        _receipt(
+            r,
+            ReceiptKind.RETIREMENT,
+            request_id=conf.request_id,
+            payload=conf.as_payload() | {"proof": proof_reason},
+            state=TerminationState.DESTROYED,
+            at=conf.confirmed_at,
+        )
+        lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
+        lease.status = LeaseStatus.EXPIRED
+        lease.cleanup_status = CleanupStatus.SUCCESS
+        lease.save(update_fields=["status", "cleanup_status", "updated_at"])
+        _succeeded(r)
+        r.started_for_salvage = False
+        r.provider_state = str(SandboxState.DESTROYED)
+        r.provider_state_at = conf.confirmed_at
+        _close(r, Stage.RETIRED, proof_reason, now)
+    worker.retired_by_env[plan.environment.pk] += 1
+    worker.retired += 1
+
+
+STEPS = {
+    "stop_only": do_stop_only,
+    "stop_before_wait": do_stop_before_wait,
+    "compare": do_compare,
+    "export": do_export,
+    "retire": retire_sandbox,
+}
+
+
+def record_failure(retirement_id, attempt_id, exc: BaseException, worker: Worker) -> None:
+    """Keep the sandbox as it was (stopped again if we started it) and schedule a retry."""
+    try:
+        r0 = Retirement.objects.select_related("environment").get(pk=retirement_id)
+        if r0.started_for_salvage and r0.attempt_id == attempt_id:
+            conf = _stop(worker.provider(r0.environment), r0.provider_lease_id)
+            with fenced(retirement_id, attempt_id) as r:
+                if conf is not None:
+                    _stop_receipts(r, conf, retain=False)
+                r.started_for_salvage = False
+                r.save()
+    except Exception as stop_exc:  # the retry will stop it; record the first error
+        log.warning("could not stop %s after a failure: %s", retirement_id, stop_exc)
+    now = timezone.now()
+    try:
+        with fenced(retirement_id, attempt_id) as r:
+            was_attention = r.needs_attention
+            was_stage = r.stage
+            r.attempts += 1
+            r.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+            r.needs_attention = r.attempts >= NEEDS_ATTENTION_AFTER
+            r.next_attempt_at = now + backoff(r.attempts)
+            r.stage = Stage.FAILED
+            r.save()
+            # Audit the first failure and the turn to needs_attention, not every retry.
+            if r.attempts == 1 or (r.needs_attention and not was_attention):
+                audit.record(
+                    actor=None,
+                    action="retirement.needs_attention"
+                    if r.needs_attention
+                    else "retirement.failed",
+                    obj=r,
+                    reason=r.last_error,
+                    before={"stage": was_stage},
+                    after={"stage": r.stage, "attempts": r.attempts},
+                )
+    except ClaimLost:
+        pass
+    worker.failed += 1
+
+
+def advance(retirement_id, attempt_id, worker: Worker, *, max_steps: int = 8) -> None:
+    """Advance one claimed record as far as it can go without waiting."""
+    try:
+        _advance(retirement_id, attempt_id, worker, max_steps)
+    except ClaimLost as exc:
+        log.info("%s", exc)
+    # A worker that dies (BaseException) leaves its claim to expire: that is the
+    # crash the fencing is for, and what the crash-safety tests simulate.
+    release_claim(retirement_id, attempt_id)
+
+
+def _advance(retirement_id, attempt_id, worker: Worker, max_steps: int) -> None:
+    for _ in range(max_steps):
+        plan = plan_step(retirement_id, attempt_id, worker)
+        if plan is None:
+            break
+        try:
+            STEPS[plan.action](plan, attempt_id, worker)
+        except ClaimLost:
+            raise
+        except DestroyRefused as exc:
+            log.warning("destroy refused for %s: %s", retirement_id, exc)
+            record_failure(retirement_id, attempt_id, exc, worker)
+            break
+        except Exception as exc:
+            record_failure(retirement_id, attempt_id, exc, worker)
+            worker.errors.append(
+                {"retirement": str(retirement_id), "step": plan.action, "error": str(exc)[:500]}
+            )
+            break
+        worker.advanced += 1
+        if plan.action == "stop_only":
+            break
+
+
+def is_open_stage(stage: str) -> bool:
+    return stage not in STAGES_CLOSED

@@ -1,0 +1,131 @@
+"""Salvage: diff a sandbox against the last durable save, and export unsaved
+files to the task as content-addressed attachments, verified by re-reading
+the stored bytes (DOMAIN §2.3)."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from django.core.files import File
+from django.core.files.storage import default_storage
+
+from sandboxes.models import Attachment
+from sandboxes.providers.base import FileDigest
+
+SPOOL_BYTES = 8 * 1024 * 1024
+
+
+class ExportError(Exception):
+    """An export could not be stored or verified; nothing counts as proof."""
+
+
+class StaleCompare(ExportError):
+    """A file changed on the sandbox since the compare: compare again."""
+
+
+@dataclass(frozen=True)
+class Diff:
+    added: list[dict]
+    changed: list[dict]
+    deleted: list[str]
+    total_bytes: int
+    listing_digest: str
+
+    @property
+    def clean(self) -> bool:
+        return not (self.added or self.changed or self.deleted)
+
+    def as_payload(self, root: str) -> dict:
+        return {
+            "clean": self.clean,
+            "root": root,
+            "added": self.added,
+            "changed": self.changed,
+            "deleted": self.deleted,
+            "counts": {
+                "added": len(self.added),
+                "changed": len(self.changed),
+                "deleted": len(self.deleted),
+            },
+            "bytes": self.total_bytes,
+            "unsaved_bytes": sum(f["size"] for f in self.added + self.changed),
+            "listing_digest": self.listing_digest,
+        }
+
+
+def diff_against_manifest(digests: dict[str, FileDigest], manifest: dict) -> Diff:
+    """Pure: what the sandbox holds that the last durable save does not."""
+    added, changed = [], []
+    for path in sorted(digests):
+        d = digests[path]
+        entry = {"path": path, "sha256": d.sha256, "size": d.size}
+        saved = manifest.get(path)
+        if saved is None:
+            added.append(entry)
+        elif saved.get("sha256") != d.sha256:
+            changed.append(entry)
+    deleted = sorted(p for p in manifest if p not in digests)
+    listing = hashlib.sha256()
+    for path in sorted(digests):
+        listing.update(f"{path}\0{digests[path].sha256}\0{digests[path].size}\n".encode())
+    return Diff(
+        added=added,
+        changed=changed,
+        deleted=deleted,
+        total_bytes=sum(d.size for d in digests.values()),
+        listing_digest=listing.hexdigest(),
+    )
+
+
+def _sha256_of_stored(name: str) -> tuple[str, int]:
+    sha, size = hashlib.sha256(), 0
+    with default_storage.open(name, "rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            sha.update(chunk)
+            size += len(chunk)
+    return sha.hexdigest(), size
+
+
+def store_verified(expected_sha: str, chunks: Iterable[bytes]) -> tuple[str, int]:
+    """Store one file content-addressed; return (storage name, size) only after
+    the stored bytes were read back and hash to `expected_sha`."""
+    sha, size = hashlib.sha256(), 0
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+        for chunk in chunks:
+            sha.update(chunk)
+            size += len(chunk)
+            spool.write(chunk)
+        digest = sha.hexdigest()
+        if digest != expected_sha:
+            raise StaleCompare(
+                f"content changed since the compare ({digest[:12]} ≠ {expected_sha[:12]})"
+            )
+        name = Attachment.storage_name(digest)
+        if not default_storage.exists(name):
+            spool.seek(0)
+            saved = default_storage.save(name, File(spool, name=name.rsplit("/", 1)[-1]))
+            if saved != name:
+                # Another worker stored the same content first; ours is a duplicate.
+                default_storage.delete(saved)
+    stored_sha, stored_size = _sha256_of_stored(name)
+    if stored_sha != expected_sha or stored_size != size:
+        raise ExportError(f"stored bytes for {name} do not verify ({stored_sha[:12]})")
+    return name, size
+
+
+def export_files(
+    opened: Iterator[tuple[str, Iterator[bytes]]], expected: dict[str, dict]
+) -> list[dict]:
+    """Store every opened file; each entry: path, size, sha256, storage name."""
+    exported = []
+    for path, chunks in opened:
+        want = expected[path]
+        name, size = store_verified(want["sha256"], chunks)
+        exported.append({"path": path, "size": size, "sha256": want["sha256"], "storage": name})
+    missing = set(expected) - {f["path"] for f in exported}
+    if missing:
+        raise ExportError(f"provider did not return {len(missing)} file(s): {sorted(missing)[:5]}")
+    return exported

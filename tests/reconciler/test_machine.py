@@ -1,0 +1,511 @@
+"""The salvage-then-retire machine: holds, the proof rule, compare/export, failures,
+modes and the blast-radius cap."""
+
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.files.storage import default_storage
+from django.utils import timezone
+
+from sandboxes import models as m
+from sandboxes.providers.base import TransientProviderError
+from sandboxes.reconciler import machine
+from sandboxes.reconciler.listing import sync_retirements
+from tests import factories as f
+
+from .conftest import SAVED, ago, retirement_of
+
+pytestmark = pytest.mark.django_db
+
+
+def attest(r):
+    return f.ReceiptFactory(
+        lease=r.lease,
+        retirement=r,
+        kind=m.ReceiptKind.OPERATOR_ATTESTED,
+        state=None,
+        payload={"typed_sandbox_id": r.provider_lease_id, "reason": "discard", "user": "admin"},
+    )
+
+
+def approve(r):
+    f.ReceiptFactory(
+        lease=r.lease,
+        retirement=r,
+        kind=m.ReceiptKind.APPROVAL,
+        state=None,
+        payload={"user": "op", "reason": "ok"},
+    )
+    m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())
+
+
+def abandoned(warm, **kw):
+    kw.setdefault("status", m.LeaseStatus.FAILED)
+    return warm(**kw)
+
+
+# --- every hold blocks destroy -------------------------------------------------------
+
+
+def _hold_setups():
+    def run_active(warm):
+        return abandoned(warm, heartbeat_run__status=m.RunStatus.RUNNING)
+
+    def issue_run_active(warm):
+        lease = abandoned(warm)
+        f.HeartbeatRunFactory(issue=lease.issue, status=m.RunStatus.QUEUED)
+        return lease
+
+    def recovery_open(warm):
+        lease = abandoned(warm)
+        f.RecoveryActionFactory(lease=None, source_issue=lease.issue, evidence={})
+        return lease
+
+    def export_pending(warm):
+        lease = abandoned(warm)
+        f.PendingExportFactory(lease=lease)
+        return lease
+
+    def intent_pending(warm):
+        lease = abandoned(warm)
+        f.LeaseIntentFactory(lease=lease)
+        return lease
+
+    def sandbox_shared(warm):
+        lease = abandoned(warm)
+        f.EnvironmentLeaseFactory(
+            environment=lease.environment,
+            provider_lease_id=lease.provider_lease_id,
+            status=m.LeaseStatus.PENDING_CLEANUP,
+            acquired_at=lease.acquired_at - timedelta(hours=1),
+        )
+        return lease
+
+    def newer_lease(warm):
+        lease = abandoned(warm)
+        sync_retirements()
+        f.EnvironmentLeaseFactory(
+            environment=lease.environment,
+            provider_lease_id=lease.provider_lease_id,
+            acquired_at=timezone.now(),
+        )
+        return lease
+
+    def no_stop_receipt(warm):
+        return abandoned(warm, receipt=False)
+
+    def task_can_resume(warm):
+        return warm(lease_policy=m.LeasePolicy.RETAIN_ON_FAILURE, status=m.LeaseStatus.RELEASED)
+
+    def writer_active(warm):
+        lease = abandoned(warm)
+        ws = lease.execution_workspace
+        ws.writer_run = lease.heartbeat_run
+        ws.save()
+        return lease
+
+    def retention(warm):
+        return warm(issue__status=m.IssueStatus.DONE, released_at=ago(hours=2))
+
+    def unknown_age(warm):
+        return warm(issue__status=m.IssueStatus.DONE, released_at=None)
+
+    def operator_hold(warm):
+        lease = abandoned(warm)
+        sync_retirements()
+        m.Retirement.objects.filter(lease=lease).update(operator_hold_reason="investigating")
+        return lease
+
+    return {fn.__name__: fn for fn in locals().values() if callable(fn)}
+
+
+HOLD_SETUPS = _hold_setups()
+
+
+def test_every_hold_code_has_a_setup():
+    assert set(HOLD_SETUPS) == {c.value for c in m.HoldCode}
+
+
+@pytest.mark.parametrize("code", sorted(HOLD_SETUPS))
+def test_each_hold_blocks_destroy_even_with_proof(code, warm, local, reconcile):
+    lease = HOLD_SETUPS[code](warm)
+    sync_retirements()
+    r = retirement_of(lease)
+    attest(r)  # proof in hand: only the hold stands in the way
+    reconcile()
+    r.refresh_from_db()
+    lease.refresh_from_db()
+    assert code in r.holds, r.holds
+    assert r.stage == m.Stage.HELD
+    assert r.hold_reasons[code]
+    assert local.count("destroy") == 0
+    assert local.count("start") == 0
+    assert lease.status != m.LeaseStatus.EXPIRED
+    # And the gate itself refuses, whatever the caller.
+    attempt = _claim(r)
+    with pytest.raises(machine.DestroyRefused, match="held"):
+        machine.retire_sandbox(_plan(r), attempt, machine.Worker(provider_for=lambda e: local))
+    assert local.count("destroy") == 0
+
+
+# --- every destroy path refuses without proof ---------------------------------------------
+
+
+def _claim(r):
+    attempt = uuid.uuid4()
+    m.Retirement.objects.filter(pk=r.pk).update(
+        attempt_id=attempt, claimed_until=timezone.now() + timedelta(minutes=5)
+    )
+    return attempt
+
+
+def _plan(r):
+    r.refresh_from_db()
+    return machine.Plan("retire", r.pk, r.environment, r.provider_lease_id)
+
+
+def _kind_leases(warm):
+    a = abandoned(warm)
+    b = warm(lease_policy=m.LeasePolicy.RETAIN_ON_FAILURE, status=m.LeaseStatus.FAILED)
+    c = warm(issue__status=m.IssueStatus.DONE, released_at=ago(days=2))
+    d = warm(status=m.LeaseStatus.PENDING_CLEANUP, failure_reason="resume_failed")
+    return [a, b, c, d]
+
+
+def _compare(r, *, clean):
+    return f.ReceiptFactory(
+        lease=r.lease,
+        retirement=r,
+        kind=m.ReceiptKind.SALVAGE_COMPARE,
+        state=None,
+        payload={"clean": clean, "added": [], "changed": [], "deleted": ["x"]},
+    )
+
+
+NO_PROOF = {
+    "no receipts": lambda r: None,
+    "unclean compare": lambda r: _compare(r, clean=False),
+    "unverified export": lambda r: f.ReceiptFactory(
+        lease=r.lease,
+        retirement=r,
+        kind=m.ReceiptKind.SALVAGE_EXPORT,
+        state=None,
+        payload={"verified": False, "compare_receipt_id": str(_compare(r, clean=False).pk)},
+    ),
+    "export of an older compare": lambda r: (
+        f.ReceiptFactory(
+            lease=r.lease,
+            retirement=r,
+            kind=m.ReceiptKind.SALVAGE_EXPORT,
+            state=None,
+            payload={"verified": True, "compare_receipt_id": str(_compare(r, clean=False).pk)},
+        ),
+        _compare(r, clean=False),
+    ),
+    "attested with another sandbox id": lambda r: f.ReceiptFactory(
+        lease=r.lease,
+        retirement=r,
+        kind=m.ReceiptKind.OPERATOR_ATTESTED,
+        state=None,
+        payload={"typed_sandbox_id": "something-else", "reason": "x", "user": "admin"},
+    ),
+    "attested without a reason": lambda r: f.ReceiptFactory(
+        lease=r.lease,
+        retirement=r,
+        kind=m.ReceiptKind.OPERATOR_ATTESTED,
+        state=None,
+        payload={"typed_sandbox_id": r.provider_lease_id, "reason": " ", "user": "admin"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NO_PROOF))
+def test_every_kind_refuses_destroy_without_proof(case, warm, local):
+    leases = _kind_leases(warm)
+    sync_retirements()
+    for lease in leases:
+        r = retirement_of(lease)
+        NO_PROOF[case](r)
+        attempt = _claim(r)
+        with pytest.raises(machine.DestroyRefused, match="no proof"):
+            machine.retire_sandbox(_plan(r), attempt, machine.Worker(provider_for=lambda e: local))
+    assert local.count("destroy") == 0
+
+
+def test_stop_only_kinds_refuse_destroy_even_with_proof(warm, local):
+    lease = warm(
+        status=m.LeaseStatus.RETAINED,
+        disposition=m.Disposition.KEEP_RUNNING,
+        heartbeat_run__status=m.RunStatus.FAILED,
+        receipt=False,
+    )
+    sync_retirements()
+    r = retirement_of(lease)
+    attest(r)
+    with pytest.raises(machine.DestroyRefused, match="stop only"):
+        machine.retire_sandbox(_plan(r), _claim(r), machine.Worker(provider_for=lambda e: local))
+    assert local.count("destroy") == 0
+
+
+@pytest.mark.parametrize("mode", ["observe", "manual"])
+def test_observe_and_unapproved_manual_refuse_destroy_with_proof(mode, warm, local):
+    lease = abandoned(warm, env=f.EnvironmentFactory(retirement_mode=mode))
+    sync_retirements()
+    r = retirement_of(lease)
+    attest(r)
+    with pytest.raises(machine.DestroyRefused):
+        machine.retire_sandbox(_plan(r), _claim(r), machine.Worker(provider_for=lambda e: local))
+    assert local.count("destroy") == 0
+
+
+def test_one_function_calls_destroy():
+    root = Path(machine.__file__).parent
+    callers = [
+        (p.name, line.strip())
+        for p in root.glob("*.py")
+        for line in p.read_text().splitlines()
+        if ".destroy(" in line
+    ]
+    assert callers == [("machine.py", "conf = provider.destroy(plan.sandbox_id)")]
+
+
+def test_a_stale_claim_cannot_destroy(warm, local):
+    lease = abandoned(warm)
+    sync_retirements()
+    r = retirement_of(lease)
+    attest(r)
+    _claim(r)
+    with pytest.raises(machine.ClaimLost):
+        machine.retire_sandbox(_plan(r), uuid.uuid4(), machine.Worker(provider_for=lambda e: local))
+    assert local.count("destroy") == 0
+
+
+# --- compare and export --------------------------------------------------------------------
+
+UNSAVED = {
+    "README.md": SAVED["README.md"],  # unchanged
+    "src/app.py": b"print('edited after the save')\n",  # changed
+    "notes/new.txt": b"fresh work\n",  # added
+    # old.txt: deleted since the save
+}
+
+
+def test_compare_exports_exactly_the_unsaved_files_and_retire_waits(warm, local, reconcile):
+    env = f.EnvironmentFactory(retirement_mode=m.RetirementMode.MANUAL)
+    lease = abandoned(warm, env=env, files=UNSAVED)
+    reconcile()
+    r = retirement_of(lease)
+    compare = r.receipts.get(kind=m.ReceiptKind.SALVAGE_COMPARE)
+    assert [x["path"] for x in compare.payload["added"]] == ["notes/new.txt"]
+    assert [x["path"] for x in compare.payload["changed"]] == ["src/app.py"]
+    assert compare.payload["deleted"] == ["old.txt"]
+    assert compare.payload["counts"] == {"added": 1, "changed": 1, "deleted": 1}
+    assert compare.payload["clean"] is False and compare.payload["listing_digest"]
+
+    export = r.receipts.get(kind=m.ReceiptKind.SALVAGE_EXPORT)
+    assert export.payload["verified"] is True
+    assert export.payload["compare_receipt_id"] == str(compare.pk)
+    assert export.payload["deleted"] == ["old.txt"]
+    files = {x["path"]: x for x in export.payload["files"]}
+    assert set(files) == {"notes/new.txt", "src/app.py"}
+    for path, entry in files.items():
+        attachment = m.Attachment.objects.get(pk=entry["attachment"])
+        assert attachment.issue_id == lease.issue_id and attachment.path == path
+        assert attachment.file.name == m.Attachment.storage_name(entry["sha256"])
+        with default_storage.open(attachment.file.name) as fh:
+            assert fh.read() == UNSAVED[path]
+
+    # Manual mode: waits for approval, and the sandbox it started is stopped again.
+    assert r.stage == m.Stage.AWAITING_APPROVAL
+    assert local.count("destroy") == 0
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    assert not r.started_for_salvage
+    reconcile()
+    assert local.count("destroy") == 0
+
+    approve(r)
+    reconcile()
+    r.refresh_from_db()
+    assert r.stage == m.Stage.RETIRED, (r.stage, r.closed_reason, r.last_error)
+    assert local.count("destroy") == 1
+    assert r.receipts.filter(kind=m.ReceiptKind.SALVAGE_EXPORT).count() == 1
+
+
+def test_the_same_content_is_stored_once(warm, local, reconcile):
+    same = {"a.txt": b"same bytes\n", "b/a-copy.txt": b"same bytes\n"}
+    lease = abandoned(warm, files=same)
+    reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.RETIRED
+    names = set(m.Attachment.objects.filter(retirement=r).values_list("file", flat=True))
+    assert len(names) == 1
+
+
+def test_a_storage_error_during_export_keeps_the_sandbox_and_retries(
+    warm, local, reconcile, monkeypatch
+):
+    lease = abandoned(warm, files=UNSAVED)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(default_storage, "save", broken)
+    before = timezone.now()
+    reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.FAILED and r.attempts == 1
+    assert "disk full" in r.last_error
+    assert r.next_attempt_at >= before + timedelta(seconds=30)
+    assert local.count("destroy") == 0
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    assert not r.receipts.filter(kind=m.ReceiptKind.SALVAGE_EXPORT).exists()
+
+    monkeypatch.undo()
+    reconcile()  # not due yet
+    assert local.count("destroy") == 0
+    m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())  # retry
+    reconcile()
+    r.refresh_from_db()
+    assert r.stage == m.Stage.RETIRED and r.attempts == 0
+    assert local.count("destroy") == 1
+
+
+def test_an_export_that_does_not_verify_is_not_proof(warm, local, reconcile, monkeypatch):
+    lease = abandoned(warm, files=UNSAVED)
+    from sandboxes.reconciler import salvage
+
+    monkeypatch.setattr(salvage, "_sha256_of_stored", lambda name: ("0" * 64, 0))
+    reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.FAILED and "do not verify" in r.last_error
+    assert local.count("destroy") == 0
+
+
+# --- failures and retries -----------------------------------------------------------------
+
+
+def test_backoff_doubles_from_30s_to_30min():
+    assert [machine.backoff(n).total_seconds() for n in range(1, 9)] == [
+        30,
+        60,
+        120,
+        240,
+        480,
+        1800,
+        1800,
+        1800,
+    ]
+
+
+def test_needs_attention_after_five_failures_and_never_gives_up(
+    warm, local, reconcile, monkeypatch
+):
+    lease = abandoned(warm)
+
+    def flaky(*args, **kwargs):
+        raise TransientProviderError("503 from provider")
+
+    monkeypatch.setattr(local.inner, "hash_files", flaky)
+    for attempt in range(1, 8):
+        reconcile()
+        r = retirement_of(lease)
+        assert r.stage == m.Stage.FAILED and r.attempts == attempt
+        assert r.needs_attention is (attempt >= 5)
+        m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())
+    assert local.count("destroy") == 0
+    assert m.AuditEvent.objects.filter(action="retirement.needs_attention").count() == 1
+    monkeypatch.undo()
+    reconcile()
+    r.refresh_from_db()
+    assert r.stage == m.Stage.RETIRED and not r.needs_attention
+
+
+def test_observe_mode_lists_and_explains_but_calls_no_provider(warm, local, reconcile):
+    env = f.EnvironmentFactory(retirement_mode=m.RetirementMode.OBSERVE)
+    lease = abandoned(warm, env=env)
+    held = abandoned(warm, env=env, receipt=False)
+    running = warm(
+        env=env,
+        status=m.LeaseStatus.RETAINED,
+        disposition=m.Disposition.KEEP_RUNNING,
+        heartbeat_run__status=m.RunStatus.FAILED,
+        receipt=False,
+        stopped=False,
+    )
+    reconcile()
+    reconcile()
+    assert local.calls == []
+    assert retirement_of(lease).stage == m.Stage.LISTED
+    assert retirement_of(held).stage == m.Stage.HELD
+    assert retirement_of(running).stage == m.Stage.LISTED
+
+
+def test_the_blast_radius_cap_limits_retirements_per_pass(warm, local, reconcile):
+    env = f.EnvironmentFactory(max_retirements_per_pass=2)
+    leases = [abandoned(warm, env=env) for _ in range(5)]
+    first = reconcile()
+    assert first.retired == 2 and local.count("destroy") == 2
+    reconcile()
+    reconcile()
+    assert local.count("destroy") == 5
+    assert {retirement_of(lease).stage for lease in leases} == {m.Stage.RETIRED}
+
+
+def test_dry_run_writes_nothing_and_calls_nothing(warm, local, reconcile):
+    abandoned(warm)
+    abandoned(warm, receipt=False)
+    record = reconcile(dry_run=True)
+    assert record.dry_run and record.candidates == 2
+    assert record.counts_by_stage == {"listed": 1, "held": 1}
+    assert not m.Retirement.objects.exists()
+    assert local.calls == []
+
+
+def test_an_operator_hold_then_release_resumes(warm, local, reconcile):
+    lease = abandoned(warm)
+    sync_retirements()
+    r = retirement_of(lease)
+    m.Retirement.objects.filter(pk=r.pk).update(operator_hold_reason="wait for legal")
+    reconcile()
+    r.refresh_from_db()
+    assert r.stage == m.Stage.HELD and r.holds == ["operator_hold"]
+    assert local.calls == []
+    m.Retirement.objects.filter(pk=r.pk).update(
+        operator_hold_reason="", next_attempt_at=timezone.now()
+    )
+    reconcile()
+    r.refresh_from_db()
+    assert r.stage == m.Stage.RETIRED
+
+
+def test_attested_retirement_skips_salvage(warm, local, reconcile):
+    lease = abandoned(warm, files=UNSAVED)
+    sync_retirements()
+    attest(retirement_of(lease))
+    reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.RETIRED
+    assert "attested" in r.closed_reason
+    assert local.count("hash_files") == 0
+
+
+def test_a_sandbox_started_for_compare_is_stopped_when_a_hold_appears(warm, local, monkeypatch):
+    lease = abandoned(warm, files=UNSAVED)
+    sync_retirements()
+    real = machine.do_compare
+
+    def compare_then_hold(plan, attempt_id, worker):
+        real(plan, attempt_id, worker)
+        f.PendingExportFactory(lease=lease)
+
+    monkeypatch.setitem(machine.STEPS, "compare", compare_then_hold)
+    from sandboxes.reconciler.passes import run_pass
+
+    run_pass(provider_for=lambda env: local)
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.HELD and "export_pending" in r.holds
+    assert not r.started_for_salvage
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    assert local.count("destroy") == 0
