@@ -111,7 +111,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT", VAR_DIR / "media"))
 MEDIA_URL = "media/"
 STORAGES = {
@@ -156,6 +156,19 @@ LOCAL_SANDBOX_ROOT = Path(os.environ.get("LOCAL_SANDBOX_ROOT", VAR_DIR / "sandbo
 PROVIDER_STEP_BUDGET_SECONDS = envint("PROVIDER_STEP_BUDGET_SECONDS", 90)
 PROVIDER_MAX_CONCURRENCY = envint("PROVIDER_MAX_CONCURRENCY", 8)
 
+# Metrics (/metrics): an operator-scope API token, or this shared secret for a
+# Prometheus scraper (`Authorization: Bearer <METRICS_TOKEN>`). Empty: tokens only.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
+# Mirror of a Paperclip database (manage.py mirror_paperclip). Cursors are kept
+# in a JSON file; losing it only means the next run re-reads everything.
+MIRROR_CURSOR_FILE = Path(os.environ.get("MIRROR_CURSOR_FILE", VAR_DIR / "mirror-cursors.json"))
+MIRROR_INTERVAL_SECONDS = envint("MIRROR_INTERVAL_SECONDS", 10)
+# Rows are re-read this far behind the cursor, so a source transaction that
+# committed late (its updated_at is its start time) is still picked up.
+MIRROR_OVERLAP_SECONDS = envint("MIRROR_OVERLAP_SECONDS", 30)
+MIRROR_BATCH_SIZE = envint("MIRROR_BATCH_SIZE", 1000)
+
 # django-q2: Redis when REDIS_URL is set, the ORM broker otherwise.
 REDIS_URL = os.environ.get("REDIS_URL", "")
 Q_CLUSTER = {
@@ -174,10 +187,27 @@ if REDIS_URL:
 else:
     Q_CLUSTER["orm"] = "broker" if USING_SQLITE else "default"
 
+# Logs: one JSON object per line (LOG_FORMAT=json, the default when DEBUG is
+# off) or plain text (the default with DEBUG on). Both carry pass_id, lease_id
+# and attempt_id when code sets them with sandboxes.logging.log_context().
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text" if DEBUG else "json").strip().lower()
+if LOG_FORMAT not in ("json", "text"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be json or text, got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "sandboxes.logging.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "sandboxes.logging.JsonFormatter"},
+        "text": {"()": "sandboxes.logging.TextFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

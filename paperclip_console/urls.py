@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from sandboxes.metrics import metrics_view
 from sandboxes.views.auth import RateLimitedLoginView
 
 urlpatterns = [
@@ -9,5 +10,6 @@ urlpatterns = [
     path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("sandboxes.api.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("sandboxes.urls")),
 ]

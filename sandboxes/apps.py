@@ -8,6 +8,9 @@ class SandboxesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from sandboxes.metrics import install_provider_hooks
         from sandboxes.roles import ensure_roles_after_migrate
+
+        install_provider_hooks()  # provider call latency and errors for /metrics
 
         post_migrate.connect(ensure_roles_after_migrate, sender=self)

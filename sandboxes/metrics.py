@@ -1,0 +1,225 @@
+"""Prometheus metrics at /metrics: fleet gauges read from the database at scrape
+time, and provider call latency and errors observed in-process.
+
+Fleet gauges (kept sandboxes by stage and kind, holds by code, retirements,
+the latest pass) are computed by a collector in a fresh registry on every
+scrape with a constant number of queries, so one scrape is one consistent
+reading whichever process serves it. Provider calls happen in the reconciler's
+workers, not in the web server: with PROMETHEUS_MULTIPROC_DIR set (shared by
+gunicorn and the q cluster on one machine) the scrape aggregates every
+process's calls; without it, only this process's.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections import Counter
+
+from django.conf import settings
+from django.db.models import Count
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from sandboxes.models import ApiToken, ReconcilerPass, Retirement
+from sandboxes.models.choices import STAGES_CLOSED, HoldCode, Stage, TokenScope
+from sandboxes.providers import base as provider_base
+
+PREFIX = "paperclip_console"
+
+# --- provider calls (in-process, or shared through PROMETHEUS_MULTIPROC_DIR) ----
+
+PROCESS_REGISTRY = CollectorRegistry(auto_describe=True)
+PROVIDER_CALL_SECONDS = Histogram(
+    f"{PREFIX}_provider_call_seconds",
+    "Duration of provider operations (a step's retries inside its budget included).",
+    ["provider", "operation"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 120),
+    registry=PROCESS_REGISTRY,
+)
+PROVIDER_CALL_ERRORS = PromCounter(
+    f"{PREFIX}_provider_call_errors",
+    "Provider operations that raised, by error class.",
+    ["provider", "operation", "error"],
+    registry=PROCESS_REGISTRY,
+)
+
+
+def record_provider_call(
+    provider: str, operation: str, seconds: float, error: type[BaseException] | None
+) -> None:
+    """A providers.base.CALL_HOOKS callback."""
+    PROVIDER_CALL_SECONDS.labels(provider, operation).observe(seconds)
+    if error is not None:
+        PROVIDER_CALL_ERRORS.labels(provider, operation, error.__name__).inc()
+
+
+def install_provider_hooks() -> None:
+    """Register the provider call hook once per process (idempotent)."""
+    if record_provider_call not in provider_base.CALL_HOOKS:
+        provider_base.CALL_HOOKS.append(record_provider_call)
+
+
+def _process_registry() -> CollectorRegistry:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return PROCESS_REGISTRY
+
+
+# --- fleet gauges from the database ---------------------------------------------
+
+OPEN_STAGES = [s.value for s in Stage if s not in STAGES_CLOSED]
+
+
+class FleetCollector(Collector):
+    """Reads the fleet in three queries, whatever its size."""
+
+    def collect(self):
+        kept = GaugeMetricFamily(
+            f"{PREFIX}_kept_sandboxes",
+            "Kept sandboxes the reconciler tracks (open retirement records), by stage and kind.",
+            labels=["stage", "kind"],
+        )
+        attention = GaugeMetricFamily(
+            f"{PREFIX}_needs_attention",
+            "Open retirement records that failed 5 times or more and need an operator.",
+        )
+        retired = CounterMetricFamily(
+            f"{PREFIX}_retirements",
+            "Sandboxes retired (destroyed with proof), by kind.",
+            labels=["kind"],
+        )
+        dismissed = CounterMetricFamily(
+            f"{PREFIX}_dismissals",
+            "Records closed without a retirement (the candidate stopped matching), by kind.",
+            labels=["kind"],
+        )
+        # 1: every record, grouped (a few dozen rows at most).
+        rows = Retirement.objects.values("stage", "kind", "needs_attention").annotate(n=Count("id"))
+        by_open: Counter = Counter()
+        by_retired: Counter = Counter()
+        by_dismissed: Counter = Counter()
+        needs_attention = 0
+        for row in rows:
+            if row["stage"] == Stage.RETIRED:
+                by_retired[row["kind"]] += row["n"]
+            elif row["stage"] == Stage.DISMISSED:
+                by_dismissed[row["kind"]] += row["n"]
+            else:
+                by_open[(row["stage"], row["kind"])] += row["n"]
+                if row["needs_attention"]:
+                    needs_attention += row["n"]
+        for (stage, kind), n in sorted(by_open.items()):
+            kept.add_metric([stage, kind], n)
+        for kind, n in sorted(by_retired.items()):
+            retired.add_metric([kind], n)
+        for kind, n in sorted(by_dismissed.items()):
+            dismissed.add_metric([kind], n)
+        attention.add_metric([], needs_attention)
+        yield kept
+        yield attention
+        yield retired
+        yield dismissed
+
+        # 2: hold codes of open records, counted in Python (portable; one short
+        # list per record).
+        holds = GaugeMetricFamily(
+            f"{PREFIX}_holds",
+            "Open retirement records waiting on each hold code.",
+            labels=["code"],
+        )
+        counts: Counter = Counter({code.value: 0 for code in HoldCode})
+        for codes in Retirement.objects.filter(stage__in=OPEN_STAGES).values_list(
+            "holds", flat=True
+        ):
+            for code in set(codes or ()):
+                counts[code] += 1
+        for code, n in sorted(counts.items()):
+            holds.add_metric([code], n)
+        yield holds
+
+        # 3: the latest finished pass.
+        latest = (
+            ReconcilerPass.objects.filter(finished_at__isnull=False, dry_run=False)
+            .order_by("-finished_at")
+            .values("started_at", "finished_at", "candidates", "retired", "failed", "errors")
+            .first()
+        )
+        duration = GaugeMetricFamily(
+            f"{PREFIX}_reconciler_pass_duration_seconds",
+            "Duration of the latest finished reconciler pass.",
+        )
+        finished = GaugeMetricFamily(
+            f"{PREFIX}_reconciler_pass_finished_timestamp_seconds",
+            "When the latest reconciler pass finished (Unix time); alert when it gets old.",
+        )
+        pass_counts = GaugeMetricFamily(
+            f"{PREFIX}_reconciler_pass_records",
+            "Counts of the latest finished reconciler pass.",
+            labels=["count"],
+        )
+        if latest is not None:
+            duration.add_metric([], (latest["finished_at"] - latest["started_at"]).total_seconds())
+            finished.add_metric([], latest["finished_at"].timestamp())
+            pass_counts.add_metric(["candidates"], latest["candidates"])
+            pass_counts.add_metric(["retired"], latest["retired"])
+            pass_counts.add_metric(["failed"], latest["failed"])
+            pass_counts.add_metric(["errors"], len(latest["errors"] or ()))
+        yield duration
+        yield finished
+        yield pass_counts
+
+
+def render() -> bytes:
+    fleet = CollectorRegistry(auto_describe=False)
+    fleet.register(FleetCollector())
+    return generate_latest(fleet) + generate_latest(_process_registry())
+
+
+# --- the view -----------------------------------------------------------------
+
+
+def _bearer(request) -> str:
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def _authorized(raw: str) -> bool | None:
+    """True: allowed; False: a valid token of the wrong scope; None: unknown."""
+    expected = settings.METRICS_TOKEN
+    if expected and hmac.compare_digest(raw.encode(), expected.encode()):
+        return True
+    token = ApiToken.authenticate(raw)
+    if token is None:
+        return None
+    return token.scope == TokenScope.OPERATOR
+
+
+@never_cache
+@require_GET
+def metrics_view(request):
+    """Prometheus exposition; `Authorization: Bearer` with METRICS_TOKEN or an
+    operator-scope API token (401 without one, 403 for an ingest token)."""
+    raw = _bearer(request)
+    allowed = _authorized(raw) if raw else None
+    if allowed is None:
+        response = JsonResponse({"error": "missing or invalid bearer token"}, status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="paperclip-console-metrics"'
+        return response
+    if not allowed:
+        return JsonResponse({"error": "metrics need an operator-scope token"}, status=403)
+    return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)
