@@ -1,0 +1,120 @@
+"""Crash safety: a worker that dies after any step leaves its claim to expire, and
+another worker continues from the last receipt with no second destroy."""
+
+import pytest
+from django.utils import timezone
+
+from sandboxes import models as m
+from sandboxes.reconciler import machine
+from tests import factories as f
+
+from .conftest import retirement_of
+
+pytestmark = pytest.mark.django_db
+
+UNSAVED = {"README.md": b"# task\n", "draft.md": b"unsaved\n"}
+
+
+class WorkerDied(BaseException):
+    """Not an Exception: nothing in the worker may catch it, like a SIGKILL."""
+
+
+def die_at(monkeypatch, point):
+    def checkpoint(name):
+        if name == point:
+            raise WorkerDied(name)
+
+    monkeypatch.setattr(machine, "checkpoint", checkpoint)
+
+
+def expire_claims():
+    m.Retirement.objects.exclude(attempt_id=None).update(claimed_until=timezone.now())
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "compare:before_receipt",
+        "compare:after_receipt",
+        "export:before_receipt",
+        "export:after_receipt",
+        "retire:after_destroy",
+    ],
+)
+def test_another_worker_continues_from_the_last_receipt(point, warm, local, reconcile, monkeypatch):
+    lease = warm(status=m.LeaseStatus.FAILED, files=UNSAVED)
+    die_at(monkeypatch, point)
+    with pytest.raises(WorkerDied):
+        reconcile()
+    r = retirement_of(lease)
+    assert r.attempt_id is not None  # the dead worker's claim is still there
+    reconcile()  # claim not expired yet: nobody touches the record
+    assert retirement_of(lease).stage != m.Stage.RETIRED
+
+    monkeypatch.undo()
+    expire_claims()
+    reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.RETIRED, (r.stage, r.last_error)
+    assert local.count("destroy", lease.provider_lease_id) <= 1
+    assert local.inner.get(lease.provider_lease_id).state == "destroyed"
+    assert r.receipts.filter(kind=m.ReceiptKind.RETIREMENT).count() == 1
+    verified = r.receipts.filter(kind=m.ReceiptKind.SALVAGE_EXPORT, payload__verified=True)
+    assert verified.count() == 1
+    assert m.Attachment.objects.filter(retirement=r, path="draft.md").exists()
+
+
+def test_a_crash_after_destroy_is_confirmed_by_a_read_not_a_second_destroy(
+    warm, local, reconcile, monkeypatch
+):
+    lease = warm(status=m.LeaseStatus.FAILED)
+    die_at(monkeypatch, "retire:after_destroy")
+    with pytest.raises(WorkerDied):
+        reconcile()
+    assert local.count("destroy") == 1
+    monkeypatch.undo()
+    expire_claims()
+    reconcile()
+    assert local.count("destroy") == 1
+    lease.refresh_from_db()
+    assert lease.status == m.LeaseStatus.EXPIRED
+    assert retirement_of(lease).stage == m.Stage.RETIRED
+
+
+def test_a_crash_after_a_stop_only_step_never_destroys(warm, local, reconcile, monkeypatch):
+    lease = warm(
+        status=m.LeaseStatus.RETAINED,
+        disposition=m.Disposition.KEEP_RUNNING,
+        heartbeat_run__status=m.RunStatus.CANCELLED,
+        receipt=False,
+        stopped=False,
+    )
+    die_at(monkeypatch, "stop_only:after_stop")
+    with pytest.raises(WorkerDied):
+        reconcile()
+    monkeypatch.undo()
+    expire_claims()
+    reconcile()
+    lease.refresh_from_db()
+    assert lease.disposition == m.Disposition.STOP_AND_RETAIN
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    assert local.count("destroy") == 0
+
+
+def test_a_sandbox_started_by_a_dead_worker_is_stopped_by_the_next(
+    warm, local, reconcile, monkeypatch
+):
+    env = f.EnvironmentFactory(retirement_mode=m.RetirementMode.MANUAL)
+    lease = warm(env=env, status=m.LeaseStatus.FAILED, files=UNSAVED)
+    die_at(monkeypatch, "compare:before_receipt")
+    with pytest.raises(WorkerDied):
+        reconcile()
+    assert local.inner.get(lease.provider_lease_id).state == "started"
+    assert retirement_of(lease).started_for_salvage
+    monkeypatch.undo()
+    expire_claims()
+    reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.AWAITING_APPROVAL
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    assert not r.started_for_salvage
