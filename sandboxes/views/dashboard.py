@@ -31,10 +31,18 @@ def trend_chart(passes: list[ReconcilerPass]) -> dict | None:
     def y(value: int) -> float:
         return round(CHART_PAD + inner_h - inner_h * value / top, 1)
 
-    points, bars = [], []
+    points, dots, bars = [], [], []
     for i, p in enumerate(passes):
-        x = round(CHART_PAD + i * step, 1)
+        # A lone pass sits in the middle rather than on the axis labels.
+        x = round(CHART_PAD + (i * step if len(passes) > 1 else inner_w / 2), 1)
         points.append(f"{x},{y(p.candidates)}")
+        dots.append(
+            {
+                "x": x,
+                "y": y(p.candidates),
+                "title": f"{p.started_at:%Y-%m-%d %H:%M}: {p.candidates} kept",
+            }
+        )
         if p.retired:
             bars.append(
                 {
@@ -55,6 +63,7 @@ def trend_chart(passes: list[ReconcilerPass]) -> dict | None:
         "top": top,
         "top_y": CHART_PAD,
         "points": " ".join(points),
+        "dots": dots,
         "bars": bars,
         "first_at": passes[0].started_at,
         "last_at": last.started_at,
