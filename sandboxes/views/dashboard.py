@@ -6,6 +6,7 @@ from datetime import timedelta
 from django.db.models import Count, Q, Sum
 from django.shortcuts import render
 from django.utils import timezone
+from django.views.decorators.http import require_GET
 
 from sandboxes.models import ReconcilerPass, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, RetirementKind, Stage
@@ -129,6 +130,7 @@ def dashboard_context(fingerprint: str) -> dict:
 
 
 @console_view
+@require_GET
 def dashboard(request):
     fingerprint = live_fingerprint()
     unchanged = unchanged_poll(request, fingerprint)

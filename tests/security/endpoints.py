@@ -1,0 +1,202 @@
+"""Every URL the console serves, classified. The tests cross-check this registry
+against the URLconf, so a new URL that is not listed here fails the suite until
+someone says what it is and, for an action, who may use it."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+OPERATORS_AND_ADMINS = frozenset({"operator", "admin"})
+ADMINS_ONLY = frozenset({"admin"})
+
+
+@dataclass(frozen=True)
+class Action:
+    """A console POST that changes state: session login, CSRF, a permission, one audit row."""
+
+    name: str
+    roles: frozenset  # roles allowed; everyone else gets 403 (anonymous: the login page)
+    audit: str  # the audit action its success writes
+    target: str | None  # the world object the URL names
+    data: Callable[[dict], dict]  # a valid form for the world
+    ok_status: int  # the answer to a successful plain (non-htmx) POST
+    # False when a refusal answers the same status (a redirect with a message).
+    status_tells: bool = True
+    # Row-count deltas a success may make besides its one audit row.
+    creates: dict = field(default_factory=dict)
+    # Fields of the target row a success may change.
+    may_change: frozenset = frozenset()
+
+    def url(self, world) -> str:
+        if self.target is None:
+            return reverse(self.name)
+        return reverse(self.name, kwargs={"pk": world[self.target].pk})
+
+    def row(self, world):
+        return world[self.target] if self.target else None
+
+
+def _reason(world):
+    return {"reason": "security test"}
+
+
+def _policy(world):
+    env = world["environment"]
+    data = {
+        "retirement_mode": "manual",
+        "warm_retention_hours": "48",
+        "max_retirements_per_pass": "10",
+        "workspace_root": "work",
+        "reason": "security test",
+    }
+    return {f"{env.pk}-{k}": v for k, v in data.items()}
+
+
+RETIREMENT_FIELDS = frozenset({"next_attempt_at", "updated_at"})
+HOLD_FIELDS = frozenset({"operator_hold_reason", "stage", "holds", "hold_reasons", "updated_at"})
+
+ACTIONS = [
+    Action(
+        "sandbox-approve",
+        OPERATORS_AND_ADMINS,
+        "retirement.approve",
+        "awaiting",
+        _reason,
+        302,
+        creates={"sandboxes.Receipt": 1},
+        may_change=RETIREMENT_FIELDS,
+    ),
+    Action(
+        "sandbox-retry",
+        OPERATORS_AND_ADMINS,
+        "retirement.retry",
+        "awaiting",
+        _reason,
+        302,
+        may_change=RETIREMENT_FIELDS,
+    ),
+    Action(
+        "sandbox-hold",
+        OPERATORS_AND_ADMINS,
+        "retirement.hold",
+        "awaiting",
+        _reason,
+        302,
+        may_change=HOLD_FIELDS,
+    ),
+    Action(
+        "sandbox-release-hold",
+        OPERATORS_AND_ADMINS,
+        "retirement.release_hold",
+        "held",
+        _reason,
+        302,
+        may_change=HOLD_FIELDS | {"next_attempt_at"},
+    ),
+    Action(
+        "sandbox-attest",
+        ADMINS_ONLY,
+        "retirement.attest",
+        "awaiting",
+        lambda w: {"typed_sandbox_id": w["awaiting"].provider_lease_id, "reason": "scratch"},
+        302,
+        creates={"sandboxes.Receipt": 1},
+        may_change=RETIREMENT_FIELDS,
+    ),
+    Action(
+        "approvals-bulk",
+        OPERATORS_AND_ADMINS,
+        "retirement.approve",
+        None,
+        lambda w: {"ids": [str(w["awaiting"].pk)], "reason": "weekly cleanup"},
+        302,
+        status_tells=False,
+        creates={"sandboxes.Receipt": 1},
+    ),
+    Action(
+        "environment-policy",
+        ADMINS_ONLY,
+        "environment.edit_policy",
+        "environment",
+        _policy,
+        302,
+        may_change=frozenset(
+            {
+                "retirement_mode",
+                "warm_retention",
+                "max_retirements_per_pass",
+                "workspace_root",
+                "updated_at",
+            }
+        ),
+    ),
+    Action(
+        "token-create",
+        ADMINS_ONLY,
+        "token.create",
+        None,
+        lambda w: {"name": "new-bot", "scope": "operator", "reason": "cron"},
+        200,
+        creates={"sandboxes.ApiToken": 1},
+    ),
+    Action(
+        "token-revoke",
+        ADMINS_ONLY,
+        "token.revoke",
+        "token",
+        lambda w: {"reason": "leaked"},
+        302,
+        status_tells=False,
+        may_change=frozenset({"revoked_at"}),
+    ),
+]
+ACTIONS_BY_NAME = {a.name: a for a in ACTIONS}
+
+# Read-only console pages: login and a console role, GET only.
+PAGES = {
+    "dashboard": None,
+    "sandbox-list": None,
+    "sandbox-detail": "awaiting",
+    "sandbox-provider-state": "awaiting",
+    "attachment": "attachment",
+    "approvals": None,
+    "audit": None,
+    "audit-export-csv": None,
+    "audit-export-json": None,
+    "passes": None,
+    "environments": None,
+    "tokens": None,
+}
+# Session endpoints with their own rules (tested in test_session / test_login_limit).
+SESSION = {"login", "logout"}
+# Bearer-token machine API: POST endpoints and GET reads.
+API_POSTS = {"api-events", "api-kept-sandbox-action"}
+API_GETS = {"api-kept-sandboxes", "api-kept-sandbox", "metrics"}
+
+# The act API's actions and the console action each one shares.
+API_ACTIONS = {
+    "approve": "sandbox-approve",
+    "retry": "sandbox-retry",
+    "hold": "sandbox-hold",
+    "release-hold": "sandbox-release-hold",
+}
+
+
+def url_names() -> set[str]:
+    """Every named URL in the URLconf except Django's own admin site."""
+
+    def walk(patterns):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                if p.namespace == "admin":
+                    continue
+                yield from walk(p.url_patterns)
+            elif isinstance(p, URLPattern):
+                yield p.name
+
+    return set(walk(get_resolver().url_patterns))
+
+
+def classified() -> set[str]:
+    return {a.name for a in ACTIONS} | set(PAGES) | SESSION | API_POSTS | API_GETS
