@@ -1,0 +1,1 @@
+"""Chaos waves: a seeded fleet, reconciler workers under faults, and invariant checks."""

@@ -1,0 +1,429 @@
+"""The wave's fleet: one case per kept sandbox, built from a seed.
+
+Every candidate kind and every hold code gets at least one case, and some
+cases hold unsaved files (added, changed and deleted against the workspace's
+saved manifest). A case knows what must become of it (`expect`), so the
+invariant checker can tell a correct outcome from a lucky one. Events are in
+the ingest wire format (DOMAIN §4.1); the sandboxes are seeded in the
+simulator the way one seeds Daytona.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+# What must become of a case once the fleet converges.
+RETIRED = "retired"  # destroyed with proof, record `retired`
+STOPPED = "stopped"  # a correction: stopped and retained, never destroyed
+KEPT = "kept"  # held (or observed, or dismissed): never started, stopped or destroyed
+
+HOLD_CODES = (
+    "run_active",
+    "issue_run_active",
+    "recovery_open",
+    "export_pending",
+    "intent_pending",
+    "sandbox_shared",
+    "newer_lease",
+    "no_stop_receipt",
+    "task_can_resume",
+    "writer_active",
+    "retention",
+    "unknown_age",
+    "operator_hold",
+)
+RETIRE_KINDS = (
+    "abandoned_warm",
+    "superseded_running_warm",
+    "closed_restore_source",
+    "done_task_warm",
+    "resume_failed",
+)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str  # the candidate kind it should be listed as
+    expect: str  # RETIRED | STOPPED | KEPT
+    env: str  # environment key: auto | auto2 | manual | observe
+    hold: str = ""  # the hold code this case exists to show
+    final_stage: str = ""  # for KEPT/STOPPED: the record's stage at the end
+    started: bool = False  # the sandbox is running at the start
+    saved: dict[str, bytes] = field(default_factory=dict)  # the durable save
+    files: dict[str, bytes] = field(default_factory=dict)  # what the sandbox holds
+    ids: dict[str, str] = field(default_factory=dict)
+    sandbox_id: str = ""
+    late_events: list = field(default_factory=list)  # ingested mid-wave
+    post_listing_events: list = field(default_factory=list)  # after the first listing
+
+    @property
+    def manifest(self) -> dict:
+        return {p: {"sha256": sha(b), "size": len(b)} for p, b in self.saved.items()}
+
+    @property
+    def unsaved(self) -> dict[str, str]:
+        """path → sha256 of every added or changed file (what a destroy could lose)."""
+        return {
+            p: sha(b) for p, b in self.files.items() if p not in self.saved or self.saved[p] != b
+        }
+
+    @property
+    def deleted(self) -> list[str]:
+        return sorted(p for p in self.saved if p not in self.files)
+
+
+@dataclass
+class Fleet:
+    seed: int
+    cases: list[Case]
+    environments: dict[str, dict]
+    events: list[dict] = field(default_factory=list)
+
+    def by_sandbox(self) -> dict[str, Case]:
+        return {c.sandbox_id: c for c in self.cases}
+
+    def named(self, name: str) -> Case:
+        return next(c for c in self.cases if c.name == name)
+
+
+class _Events:
+    """Builds wire-format events with ids unique per wave."""
+
+    def __init__(self, seed: int, rng: random.Random):
+        self.seed = seed
+        self.rng = rng
+        self.n = 0
+
+    def uid(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    def __call__(self, type_: str, data: dict) -> dict:
+        self.n += 1
+        return {
+            "id": f"chaos-{self.seed}-{self.n}",
+            "type": type_,
+            "occurred_at": iso(datetime.now(UTC)),
+            "data": data,
+        }
+
+
+def _files(rng: random.Random, case_name: str, dirty: str) -> tuple[dict, dict]:
+    """(saved, on_sandbox). `dirty` is a subset of "acd": added, changed, deleted."""
+    n = rng.randint(2, 4)
+    saved = {
+        f"src/mod_{i}.py": f"# {case_name} {i}\n".encode() + rng.randbytes(rng.randint(16, 400))
+        for i in range(n)
+    }
+    saved["README.md"] = f"# {case_name}\n".encode()
+    files = dict(saved)
+    if "a" in dirty:
+        for i in range(rng.randint(1, 3)):
+            files[f"notes/new file {i}.txt"] = rng.randbytes(rng.randint(1, 2000))
+        files["out/empty.log"] = b""
+    if "c" in dirty:
+        files["src/mod_0.py"] = saved["src/mod_0.py"] + b"\n# unsaved edit\n"
+    if "d" in dirty:
+        files.pop("src/mod_1.py")
+    return saved, files
+
+
+def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
+    """The cases for one wave. `scale` multiplies the retire cases (more races)."""
+    rng = random.Random(seed)
+    ev = _Events(seed, rng)
+    now = datetime.now(UTC)
+    envs = {
+        key: {
+            "environment_id": ev.uid(),
+            "name": f"chaos-{seed}-{key}",
+            "provider": "daytona",
+            "driver": "sandbox",
+            "retirement_mode": mode,
+            "warm_retention_hours": 24,
+            "max_retirements_per_pass": 50,
+        }
+        for key, mode in (
+            ("auto", "auto"),
+            ("auto2", "auto"),
+            ("manual", "manual"),
+            ("observe", "observe"),
+        )
+    }
+    envs["auto2"]["workspace_root"] = "work"
+
+    cases: list[Case] = []
+
+    def add(name, kind, expect, *, env="auto", hold="", final_stage="", dirty="", started=False):
+        saved, files = _files(rng, name, dirty)
+        case = Case(
+            name=name,
+            kind=kind,
+            expect=expect,
+            env=env,
+            hold=hold,
+            final_stage=final_stage,
+            started=started,
+            saved=saved,
+            files=files,
+        )
+        cases.append(case)
+        return case
+
+    dirt = ["", "a", "c", "d", "acd", "ac", "cd"]
+    for k in range(scale):
+        for kind in RETIRE_KINDS:
+            for j in range(2):
+                env = "auto2" if (k + j) % 2 else "auto"
+                dirty = rng.choice(dirt) if j else rng.choice(["acd", "ac", "a", "cd"])
+                add(
+                    f"{kind}-{k}-{j}",
+                    kind,
+                    RETIRED,
+                    env=env,
+                    dirty=dirty,
+                    started=kind == "superseded_running_warm",
+                )
+    add("manual-clean", "abandoned_warm", RETIRED, env="manual")
+    add("manual-dirty", "abandoned_warm", RETIRED, env="manual", dirty="acd")
+    for policy_run in ("failed", "timed_out", "interrupted"):
+        add(
+            f"unsuccessful-{policy_run}",
+            "stop_after_unsuccessful_run",
+            STOPPED,
+            final_stage="dismissed",
+            started=True,
+            dirty="a",
+        )
+    for code in HOLD_CODES:
+        kind = "abandoned_warm"
+        if code in ("retention", "unknown_age"):
+            kind = "done_task_warm"
+        elif code == "task_can_resume":
+            kind = "closed_restore_source"
+        add(f"hold-{code}", kind, KEPT, hold=code, final_stage="held", dirty=rng.choice(dirt))
+    add("observe", "abandoned_warm", KEPT, env="observe", final_stage="listed", dirty="ac")
+    add("resumed", "abandoned_warm", KEPT, hold="intent_pending", final_stage="dismissed")
+
+    events = [ev("environment.upserted", e) for e in envs.values()]
+    fleet = Fleet(seed=seed, cases=cases, environments=envs, events=events)
+    fleet._ev = ev  # events for the sandboxes come once their ids are known
+    fleet._now = now
+    return fleet
+
+
+def case_events(fleet: Fleet, case: Case) -> list[dict]:
+    """The events that put `case` in the console (its sandbox id must be known)."""
+    ev: _Events = fleet._ev
+    now: datetime = fleet._now
+    env_id = fleet.environments[case.env]["environment_id"]
+    ids = case.ids = {k: ev.uid() for k in ("issue", "ws", "other_ws", "run", "lease", "run2")}
+    out: list[dict] = []
+    kind, hold = case.kind, case.hold
+    issue_status = "done" if kind == "done_task_warm" else "in_progress"
+    bound = ids["ws"]
+    if kind in ("abandoned_warm", "superseded_running_warm") and hold != "task_can_resume":
+        bound = ids["other_ws"]  # a Retry bound the task to a fresh workspace
+    run_status = "failed"
+    if kind == "stop_after_unsuccessful_run":
+        run_status = case.name.split("-", 1)[1]
+    if kind in ("done_task_warm", "superseded_running_warm", "closed_restore_source"):
+        run_status = "succeeded"
+    if hold == "run_active":
+        run_status = "running"
+    lease = {
+        "lease_id": ids["lease"],
+        "environment_id": env_id,
+        "provider": "daytona",
+        "provider_lease_id": case.sandbox_id,
+        "acquired_at": iso(now - timedelta(days=3)),
+        "issue_id": ids["issue"],
+        "workspace_id": ids["ws"],
+        "run_id": ids["run"],
+        "metadata": {},
+    }
+    status, policy, receipt = "released", "reuse_by_environment", True
+    if kind == "abandoned_warm":
+        status = "released" if hold in ("run_active", "resumed", "intent_pending") else "failed"
+        if case.name == "resumed":
+            status = "released"
+    elif kind == "superseded_running_warm":
+        status, receipt = "retained", False
+        lease["disposition"] = "keep_running"
+    elif kind == "closed_restore_source":
+        policy = "retain_on_failure"
+        status = "released" if hold == "task_can_resume" else "failed"
+    elif kind == "done_task_warm":
+        lease["released_at"] = iso(
+            now - (timedelta(hours=1) if hold == "retention" else timedelta(days=2))
+        )
+        if hold == "unknown_age":
+            del lease["released_at"]
+    elif kind == "resume_failed":
+        status, receipt = "pending_cleanup", False
+        lease["failure_reason"] = "resume_failed"
+        lease["cleanup_status"] = "pending"
+    elif kind == "stop_after_unsuccessful_run":
+        status, policy, receipt = "retained", "reuse_by_execution_workspace", False
+        lease["disposition"] = "keep_running"
+    if hold == "no_stop_receipt":
+        receipt = False
+    if case.env == "auto2":
+        lease["metadata"] = {"remoteCwd": "work"}
+    lease["status"], lease["lease_policy"] = status, policy
+
+    out.append(
+        ev(
+            "issue.upserted",
+            {
+                "issue_id": ids["issue"],
+                "key": f"CHAOS-{case.name}",
+                "title": case.name,
+                "status": issue_status,
+                "bound_workspace_id": bound,
+            },
+        )
+    )
+    ws = {
+        "workspace_id": ids["ws"],
+        "issue_id": ids["issue"],
+        "save_state": "saved",
+        "saved_at": iso(now - timedelta(days=2)),
+        "saved_manifest": case.manifest,
+    }
+    if hold == "writer_active":
+        ws["writer_run_id"] = ids["run"]
+    out.append(
+        ev("run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": run_status})
+    )
+    out.append(ev("workspace.upserted", ws))
+    if bound == ids["other_ws"]:
+        out.append(
+            ev(
+                "workspace.upserted",
+                {"workspace_id": ids["other_ws"], "issue_id": ids["issue"], "save_state": "saved"},
+            )
+        )
+    if hold == "issue_run_active":
+        out.append(
+            ev(
+                "run.upserted",
+                {"run_id": ids["run2"], "issue_id": ids["issue"], "status": "running"},
+            )
+        )
+    if hold == "sandbox_shared":
+        older = dict(lease, lease_id=ev.uid(), status="active", lease_policy="ephemeral")
+        older["acquired_at"] = iso(now - timedelta(days=5))
+        older.pop("released_at", None)
+        out.append(ev("lease.upserted", older))
+    out.append(ev("lease.upserted", lease))
+    if receipt:
+        out.append(
+            ev(
+                "receipt.recorded",
+                {
+                    "lease_id": ids["lease"],
+                    "kind": "termination",
+                    "state": "stopped",
+                    "run_id": ids["run"],
+                    "provider_lease_id": case.sandbox_id,
+                    "confirmed_at": iso(now - timedelta(days=2)),
+                    "request_id": f"paperclip-stop-{ids['lease']}",
+                },
+            )
+        )
+    if kind == "closed_restore_source":
+        out.append(
+            ev(
+                "recovery_action.upserted",
+                {
+                    "action_id": ev.uid(),
+                    "issue_id": ids["issue"],
+                    "kind": "workspace_restore",
+                    "status": "resolved",
+                    "lease_id": ids["lease"],
+                },
+            )
+        )
+    if hold == "recovery_open":
+        out.append(
+            ev(
+                "recovery_action.upserted",
+                {
+                    "action_id": ev.uid(),
+                    "issue_id": ids["issue"],
+                    "kind": "workspace_restore",
+                    "status": "active",
+                },
+            )
+        )
+    if hold == "export_pending":
+        out.append(
+            ev(
+                "export.upserted",
+                {"export_id": ev.uid(), "lease_id": ids["lease"], "state": "pending"},
+            )
+        )
+    if hold in ("intent_pending", "newer_lease"):
+        ids["intent"] = ev.uid()
+        out.append(
+            ev(
+                "intent.upserted",
+                {
+                    "intent_id": ids["intent"],
+                    "lease_id": ids["lease"],
+                    "kind": "export_resume",
+                    "state": "pending",
+                },
+            )
+        )
+    if hold == "newer_lease":
+        # After the first listing: a newer, non-candidate row names the sandbox.
+        newer = dict(lease, lease_id=ev.uid(), status="active", lease_policy="ephemeral")
+        newer["acquired_at"] = iso(now - timedelta(hours=1))
+        newer["run_id"] = ids["run2"]
+        case.post_listing_events = [
+            ev(
+                "run.upserted",
+                {"run_id": ids["run2"], "issue_id": ids["issue"], "status": "succeeded"},
+            ),
+            ev("lease.upserted", newer),
+        ]
+    if case.name == "resumed":
+        # Mid-wave the task picks the workspace up again: the record is dismissed.
+        case.late_events = [
+            ev(
+                "issue.upserted",
+                {
+                    "issue_id": ids["issue"],
+                    "status": "in_progress",
+                    "bound_workspace_id": ids["ws"],
+                },
+            ),
+            ev(
+                "intent.upserted",
+                {
+                    "intent_id": ids["intent"],
+                    "lease_id": ids["lease"],
+                    "kind": "export_resume",
+                    "state": "confirmed",
+                },
+            ),
+        ]
+    return out
+
+
+def workspace_root(fleet: Fleet, case: Case) -> str:
+    return "work" if case.env == "auto2" else "workspace"

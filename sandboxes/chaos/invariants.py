@@ -1,0 +1,237 @@
+"""Invariants of a wave, judged from the simulator's call log and the database.
+
+Definitions (what each number in the report counts):
+
+- unsafe destroy: a DELETE answered 2xx for a sandbox whose retirement had no
+  proof receipt (sandboxes.proof) created before that DELETE was received —
+  or, in a manual environment, no approval before it — or a DELETE of any
+  sandbox the fleet says must be kept.
+- duplicate destroy: a sandbox with more than one `retirement` receipt, or
+  with two destroy operations (distinct X-Request-Id values that each got a
+  2xx DELETE) whose call windows overlap: two workers destroying at once. A
+  retry that got 404, or a second worker finishing after the first was
+  killed, is not a duplicate.
+- lost file: an added or changed file seeded on a sandbox that was destroyed
+  and is not in a verified `salvage_export` with the same sha256 whose stored
+  bytes still hash to it.
+- orphan: a sandbox alive at the provider that nothing will retire: no lease
+  names it, its newest lease says `expired`, its record says `retired`, or it
+  had to be retired and its record was closed without retiring it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+from sandboxes.chaos.fleet import KEPT, RETIRED, STOPPED, Case, Fleet
+from sandboxes.models import EnvironmentLease, Receipt, Retirement
+from sandboxes.proof import proof_from_receipts
+
+MUTATING = ("start", "stop", "archive", "destroy")
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def ok(status) -> bool:
+    return isinstance(status, int) and 200 <= status < 300
+
+
+def deletes(calls: list[dict]) -> dict[str, list[dict]]:
+    out = defaultdict(list)
+    for c in calls:
+        if c["operation"] == "destroy" and c["method"] == "DELETE" and ok(c["status"]):
+            out[c["sandbox_id"]].append(c)
+    return out
+
+
+def unsafe_destroys(fleet: Fleet, calls: list[dict]) -> list[dict]:
+    cases = fleet.by_sandbox()
+    found = []
+    receipts_by_sandbox = defaultdict(list)
+    for r in Receipt.objects.filter(provider_lease_id__in=list(cases)).select_related(None):
+        receipts_by_sandbox[r.provider_lease_id].append(r)
+    records = defaultdict(list)
+    for r in Retirement.objects.filter(provider_lease_id__in=list(cases)).select_related(
+        "environment"
+    ):
+        records[r.provider_lease_id].append(r)
+    for sandbox_id, calls_ in deletes(calls).items():
+        case = cases.get(sandbox_id)
+        for call in calls_:
+            at = _at(call["at"])
+            why = None
+            if case is None or case.expect != RETIRED:
+                why = f"{case.name if case else 'unknown sandbox'} had to be kept"
+            else:
+                before = [x for x in receipts_by_sandbox[sandbox_id] if x.created_at < at]
+                proven = [r for r in records[sandbox_id] if proof_from_receipts(r, before)]
+                if not proven:
+                    why = "no proof receipt before the DELETE"
+                elif case.env == "manual" and not any(
+                    x.kind == "approval" and x.retirement_id in {r.pk for r in proven}
+                    for x in before
+                ):
+                    why = "manual environment: no approval before the DELETE"
+            if why:
+                found.append({"sandbox": sandbox_id, "at": call["at"], "why": why})
+    return found
+
+
+def duplicate_destroys(fleet: Fleet, calls: list[dict]) -> list[dict]:
+    found = []
+    counts = defaultdict(int)
+    for sid in Receipt.objects.filter(kind="retirement").values_list(
+        "provider_lease_id", flat=True
+    ):
+        counts[sid] += 1
+    for sid, n in counts.items():
+        if n > 1:
+            found.append({"sandbox": sid, "why": f"{n} retirement receipts"})
+    windows: dict[tuple[str, str], list[datetime]] = {}
+    destroy_ids = {(sid, c["request_id"]) for sid, cs in deletes(calls).items() for c in cs}
+    for c in calls:
+        key = (c["sandbox_id"], c["request_id"])
+        if key in destroy_ids:
+            at = _at(c["at"])
+            lo_hi = windows.setdefault(key, [at, at])
+            lo_hi[0], lo_hi[1] = min(lo_hi[0], at), max(lo_hi[1], at)
+    by_sandbox = defaultdict(list)
+    for (sid, rid), (lo, hi) in windows.items():
+        by_sandbox[sid].append((lo, hi, rid))
+    for sid, ops in by_sandbox.items():
+        ops.sort()
+        for (_lo1, hi1, r1), (lo2, _hi2, r2) in zip(ops, ops[1:], strict=False):
+            if lo2 <= hi1:
+                found.append(
+                    {"sandbox": sid, "why": f"destroy operations {r1[:8]} and {r2[:8]} overlap"}
+                )
+    return found
+
+
+def _stored_sha(media_root: Path, name: str) -> str | None:
+    path = media_root / name
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def lost_files(fleet: Fleet, gone: set[str], media_root: Path) -> tuple[list[dict], list[dict]]:
+    """(lost files, deleted paths the export did not record) of destroyed sandboxes."""
+    lost, unrecorded = [], []
+    for case in fleet.cases:
+        if case.sandbox_id not in gone:
+            continue
+        exports = Receipt.objects.filter(provider_lease_id=case.sandbox_id, kind="salvage_export")
+        verified = [x.payload for x in exports if x.payload.get("verified") is True]
+        saved = {
+            (f.get("path"), f.get("sha256")): f.get("storage") for p in verified for f in p["files"]
+        }
+        for path, digest in sorted(case.unsaved.items()):
+            storage = saved.get((path, digest))
+            if storage is None:
+                lost.append({"sandbox": case.sandbox_id, "case": case.name, "path": path})
+            elif _stored_sha(media_root, storage) != digest:
+                lost.append(
+                    {
+                        "sandbox": case.sandbox_id,
+                        "case": case.name,
+                        "path": path,
+                        "why": "stored bytes do not verify",
+                    }
+                )
+        recorded = {p for x in verified for p in x.get("deleted", [])}
+        for path in case.deleted:
+            if path not in recorded:
+                unrecorded.append({"sandbox": case.sandbox_id, "case": case.name, "path": path})
+    return lost, unrecorded
+
+
+def orphans(fleet: Fleet, alive: dict[str, str]) -> list[dict]:
+    cases = fleet.by_sandbox()
+    found = []
+    for sid in sorted(alive):
+        case = cases.get(sid)
+        leases = list(
+            EnvironmentLease.objects.filter(provider_lease_id=sid).order_by("acquired_at", "id")
+        )
+        records = list(Retirement.objects.filter(provider_lease_id=sid).order_by("listed_at"))
+        why = None
+        if not leases:
+            why = "no lease names it"
+        elif leases[-1].status == "expired":
+            why = "its newest lease says expired"
+        elif any(r.stage == "retired" for r in records):
+            why = "its record says retired"
+        elif case is not None and case.expect == RETIRED:
+            why = f"had to be retired; record is {records[-1].stage if records else 'missing'}"
+        if why:
+            found.append({"sandbox": sid, "case": case.name if case else "", "why": why})
+    return found
+
+
+def kept_violations(fleet: Fleet, calls: list[dict], alive: dict[str, str]) -> list[dict]:
+    """Cases that had to be kept (or only stopped) and were not, or were touched."""
+    by_sandbox = defaultdict(list)
+    for c in calls:
+        if c["operation"] in MUTATING and ok(c["status"]):
+            by_sandbox[c["sandbox_id"]].append(c["operation"])
+    out = []
+    for case in fleet.cases:
+        if case.expect == RETIRED:
+            continue
+        ops = by_sandbox.get(case.sandbox_id, [])
+        record = (
+            Retirement.objects.filter(provider_lease_id=case.sandbox_id)
+            .order_by("listed_at")
+            .last()
+        )
+        problems = []
+        if case.sandbox_id not in alive:
+            problems.append("the sandbox is gone")
+        if "destroy" in ops:
+            problems.append("it was DELETEd")
+        if case.expect == KEPT and ops:
+            problems.append(f"provider calls {sorted(set(ops))}")
+        if case.expect == STOPPED:
+            if set(ops) - {"stop"}:
+                problems.append(f"calls beyond a stop: {sorted(set(ops))}")
+            if alive.get(case.sandbox_id) != "stopped":
+                problems.append(f"state {alive.get(case.sandbox_id)}, not stopped")
+            if not Receipt.objects.filter(
+                provider_lease_id=case.sandbox_id, kind="stop_and_retain"
+            ).exists():
+                problems.append("no stop_and_retain receipt")
+        if record is None:
+            problems.append("never listed")
+        else:
+            if case.final_stage and record.stage != case.final_stage:
+                problems.append(f"stage {record.stage}, expected {case.final_stage}")
+            if case.hold and case.final_stage == "held" and case.hold not in (record.holds or []):
+                problems.append(f"hold {case.hold} not shown (holds {record.holds})")
+        if problems:
+            out.append({"case": case.name, "sandbox": case.sandbox_id, "problems": problems})
+    return out
+
+
+def retired_ok(case: Case, alive: dict[str, str]) -> list[str]:
+    """Why a RETIRED case is not properly retired (empty when it is)."""
+    problems = []
+    record = Retirement.objects.filter(provider_lease_id=case.sandbox_id, stage="retired").first()
+    if record is None:
+        last = Retirement.objects.filter(provider_lease_id=case.sandbox_id).order_by("listed_at")
+        stage = last.last().stage if last.exists() else "unlisted"
+        problems.append(f"not retired (stage {stage})")
+    if case.sandbox_id in alive:
+        problems.append(f"still alive ({alive[case.sandbox_id]})")
+    n = Receipt.objects.filter(provider_lease_id=case.sandbox_id, kind="retirement").count()
+    if n != 1:
+        problems.append(f"{n} retirement receipts")
+    lease = EnvironmentLease.objects.filter(pk=case.ids.get("lease")).first()
+    if lease is not None and (lease.status, lease.cleanup_status) != ("expired", "success"):
+        problems.append(f"lease {lease.status}/{lease.cleanup_status}")
+    return problems

@@ -1,0 +1,764 @@
+"""One chaos wave: fleet → workers under faults (K1–K4) → calm → converge → verdict.
+
+Runs against a scratch PostgreSQL database created beside the one DATABASE_URL
+names (dropped afterwards unless kept), the simulator in a child process, and
+the real ingest API served on loopback from this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from sandboxes.chaos import invariants as inv
+from sandboxes.chaos.fleet import KEPT, RETIRE_KINDS, RETIRED, STOPPED, Fleet, build_fleet
+from sandboxes.chaos.fleet import case_events as fleet_case_events
+from sandboxes.chaos.fleet import workspace_root as fleet_root
+from sandboxes.chaos.supervisor import Supervisor
+from sandboxes.providers.simulator import FaultConfig
+
+SCENARIOS = (
+    "abandoned_warm",
+    "superseded_running_warm",
+    "closed_restore_source",
+    "done_task_warm",
+    "resume_failed",
+    "unsuccessful_run_stopped",
+    "kept_until_allowed",
+    "unsaved_files_exported",
+    "k1_worker_killed",
+    "k2_provider_faults",
+    "k3_db_dropped",
+    "k4_workers_race",
+)
+KILL_POINTS = ("compare", "export", "retire")
+_STAGE_OF = {"compare": "comparing", "export": "exporting", "retire": "retiring"}
+
+
+@dataclass
+class WaveOptions:
+    seed: int = 1
+    scenarios: tuple[str, ...] = SCENARIOS
+    workers: int = 2
+    kill_points: tuple[str, ...] = KILL_POINTS
+    converge_timeout: float = 150.0
+    fault_seconds: float = 12.0
+    scale: int = 1
+    report: str = ""
+    keep_db: bool = False
+    step_budget: int = 20
+
+
+@dataclass
+class WaveResult:
+    report: dict
+    ok: bool
+
+
+@dataclass
+class _State:
+    faults: dict = field(default_factory=dict)
+    k1: list = field(default_factory=list)
+    k3: list = field(default_factory=list)
+    racers: int = 0
+    clock_skips: int = 0
+    approvals: int = 0
+    phases: dict = field(default_factory=dict)
+
+
+class Wave:
+    def __init__(self, options: WaveOptions, say=print):
+        self.o = options
+        self.say = say
+        self.rng = random.Random(options.seed * 7919 + 17)
+        self.state = _State()
+        self.t0 = time.monotonic()
+
+    def log(self, message: str) -> None:
+        self.say(f"[{time.monotonic() - self.t0:6.1f}s] {message}")
+
+    # --- scratch database ------------------------------------------------------
+
+    def _scratch_db(self) -> str:
+        import psycopg
+        from django.conf import settings
+        from django.core.management import call_command
+        from django.db import connections
+
+        db = settings.DATABASES["default"]
+        if "postgresql" not in db["ENGINE"]:
+            raise RuntimeError("a chaos wave needs PostgreSQL (set DATABASE_URL)")
+        self.base_db = dict(db)
+        name = f"{db['NAME']}_chaos_{os.getpid()}"[:63]
+        self.db_name = name
+        auth = db.get("USER") or ""
+        if db.get("PASSWORD"):
+            auth += f":{db['PASSWORD']}"
+        host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
+        self.server_url = f"postgres://{auth + '@' if auth else ''}{host}"
+        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        connections.close_all()
+        db["NAME"] = name
+        connections["default"].settings_dict["NAME"] = name
+        call_command("migrate", verbosity=0)
+        return f"{self.server_url}/{name}"
+
+    def _drop_db(self) -> None:
+        import psycopg
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+
+    # --- ingest over HTTP --------------------------------------------------------
+
+    def _serve_ingest(self) -> str:
+        from django.conf import settings
+        from django.core.handlers.wsgi import WSGIHandler
+        from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *args):
+                pass
+
+        if "127.0.0.1" not in settings.ALLOWED_HOSTS and "*" not in settings.ALLOWED_HOSTS:
+            settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "127.0.0.1"]
+        self.httpd = ThreadedWSGIServer(("127.0.0.1", 0), Quiet, allow_reuse_address=True)
+        self.httpd.set_app(WSGIHandler())
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def ingest(self, events: list[dict]) -> None:
+        for start in range(0, len(events), 500):
+            batch = events[start : start + 500]
+            response = httpx.post(
+                f"{self.ingest_url}/api/v1/events",
+                json={"events": batch},
+                headers={
+                    "Authorization": f"Bearer {self.ingest_token}",
+                    "X-Forwarded-Proto": "https",
+                },
+                timeout=60,
+            )
+            if response.status_code != 200:
+                raise RuntimeError(f"ingest answered {response.status_code}: {response.text[:500]}")
+
+    # --- the run -------------------------------------------------------------------
+
+    def run(self) -> WaveResult:
+        from sandboxes.providers.simulator import SimulatorProcess
+
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"chaos-wave-{self.o.seed}-"))
+        self.media = self.workdir / "media"
+        self.log(f"wave seed={self.o.seed} workers={self.o.workers} dir={self.workdir}")
+        db_url = self._scratch_db()
+        self.log(f"scratch database {self.db_name} migrated")
+        sup = None
+        try:
+            with SimulatorProcess(seed=self.o.seed) as sim:
+                self.sim = sim
+                self.ingest_url = self._serve_ingest()
+                fleet = self._build(sim.url)
+                env = {
+                    **os.environ,
+                    "DJANGO_SETTINGS_MODULE": "paperclip_console.settings",
+                    "DATABASE_URL": db_url,
+                    "SECRET_KEY": "chaos-wave-not-a-secret",
+                    "DEBUG": "0",
+                    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+                    "MEDIA_ROOT": str(self.media),
+                    "CONSOLE_VAR_DIR": str(self.workdir / "var"),
+                    "DAYTONA_API_URL": sim.url,
+                    "DAYTONA_API_KEY": "chaos",
+                    "PROVIDER_STEP_BUDGET_SECONDS": str(self.o.step_budget),
+                    "LOG_LEVEL": "ERROR",
+                    "CONN_MAX_AGE": "0",
+                }
+                sup = Supervisor(env, say=self.log)
+                self.sup = sup
+                self._faults(fleet, sup)
+                converged_in = self._calm(fleet, sup)
+                sup.stop_all()
+                stable = self._final_pass(fleet, sup)
+                report = self._verdict(fleet, sup, converged_in, stable)
+        finally:
+            if sup is not None:
+                sup.stop_all()
+            if hasattr(self, "httpd"):
+                self.httpd.shutdown()
+            if not self.o.keep_db:
+                self._drop_db()
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.o.report:
+            Path(self.o.report).write_text(json.dumps(report, indent=2, default=str))
+        return WaveResult(report=report, ok=report["ok"])
+
+    # --- phase 1: the fleet --------------------------------------------------------
+
+    def _build(self, sim_url: str) -> Fleet:
+        from sandboxes import actions
+        from sandboxes.models import ApiToken, Retirement
+        from sandboxes.providers.daytona import DaytonaProvider
+        from sandboxes.providers.simulator import SimulatorControl
+        from sandboxes.reconciler.listing import sync_retirements
+
+        started = time.monotonic()
+        fleet = build_fleet(self.o.seed, scale=self.o.scale)
+        provider = DaytonaProvider(sim_url, api_key="chaos", poll_interval=0.02, budget_seconds=60)
+        control = SimulatorControl(sim_url)
+        for case in fleet.cases:
+            info = provider.create(
+                f"chaos-{self.o.seed}-{case.name}",
+                {"chaos": str(self.o.seed), "case": case.name},
+                files=case.files,
+                root=fleet_root(fleet, case),
+            )
+            case.sandbox_id = info.id
+            if not case.started:
+                control.sandbox(info.id, state="stopped")
+        provider.close()
+        _, self.ingest_token = ApiToken.issue("chaos-wave", "ingest")
+        self.operator, _ = ApiToken.issue("chaos-operator", "operator")
+        events = list(fleet.events)
+        for case in fleet.cases:
+            events.extend(fleet_case_events(fleet, case))
+        self.ingest(events)
+        sync_retirements()
+        held = fleet.named("hold-operator_hold")
+        record = Retirement.objects.get(provider_lease_id=held.sandbox_id)
+        actions.hold(record.pk, actor=self.operator, reason="chaos wave: keep this one")
+        self.ingest([e for c in fleet.cases for e in c.post_listing_events])
+        n_events = len(events)
+        self.state.phases["fleet_seconds"] = round(time.monotonic() - started, 2)
+        self.log(
+            f"fleet: {len(fleet.cases)} sandboxes seeded, {n_events} events ingested, "
+            f"{Retirement.objects.count()} listed"
+        )
+        self.fleet = fleet
+        return fleet
+
+    # --- phase 2: faults -------------------------------------------------------------
+
+    def _on(self, name: str) -> bool:
+        return name in self.o.scenarios
+
+    def _k2_settings(self) -> dict:
+        rng = self.rng
+        return {
+            "latency": round(rng.uniform(0.08, 0.15), 3),
+            "latency_jitter": round(rng.uniform(0.05, 0.15), 3),
+            "error_rate": round(rng.uniform(0.04, 0.08), 3),
+            "error_status": rng.choice([500, 502, 503]),
+            "rate_limit_rate": round(rng.uniform(0.03, 0.06), 3),
+            "retry_after": round(rng.uniform(0.2, 0.6), 2),
+            "drop_rate": round(rng.uniform(0.02, 0.04), 3),
+            "conflict_rate": round(rng.uniform(0.03, 0.06), 3),
+            "conflict_seconds": round(rng.uniform(0.3, 1.0), 2),
+            "transition_seconds": round(rng.uniform(0.2, 0.6), 2),
+        }
+
+    def _faults(self, fleet: Fleet, sup: Supervisor) -> None:
+        from sandboxes.providers.simulator import SimulatorControl
+
+        control = SimulatorControl(self.sim.url)
+        started = time.monotonic()
+        if self._on("k2_provider_faults"):
+            glob = self._k2_settings()
+        else:
+            glob = {"latency": 0.12, "transition_seconds": 0.3}  # K1 needs steps that last
+        self.state.faults["k2"] = {**glob, "stuck": False}
+        control.faults(**glob)
+        stuck = False
+        if self._on("k2_provider_faults"):
+            # Scripted faults make sure every kind shows up once, whatever the rates draw.
+            control.faults(
+                script=[
+                    {"operation": "start", "status": 409, "times": 2},
+                    {"operation": "stop", "status": 409, "times": 1},
+                    {"operation": "get", "status": 429, "retry_after": 0.3, "times": 2},
+                    {"operation": "destroy", "drop": True, "times": 2},
+                    {"operation": "execute", "status": 503, "times": 2},
+                ]
+            )
+            stuck = True
+        self.log(f"faults on: {glob}")
+        for _ in range(self.o.workers):
+            sup.start()
+        self.log(f"{self.o.workers} workers started")
+        stuck_at, unstuck_at = started + 2.5, started + 6.0
+        late_at = started + 3.0
+        k3_at = [started + 4.0, started + 8.0] if self._on("k3_db_dropped") else []
+        k4_at = started + 2.0 if self._on("k4_workers_race") else None
+        points = list(self.o.kill_points) if self._on("k1_worker_killed") else []
+        deadline = started + max(self.o.fault_seconds, 5.0)
+        kill_deadline = started + self.o.fault_seconds + 40
+        last_line = 0.0
+        while True:
+            now = time.monotonic()
+            if stuck is True and now >= stuck_at:
+                control.faults(stuck=True)  # every transition started now sticks a while
+                stuck = "on"
+                self.log("K2: transitional states stick")
+            if stuck == "on" and now >= unstuck_at:
+                control.faults(stuck=False)
+                stuck = False
+                self.log("K2: stuck transitions released")
+            if late_at and now >= late_at:
+                self.ingest([e for c in fleet.cases for e in c.late_events])
+                late_at = 0
+                self.log("late events ingested (a task resumed its workspace)")
+            if k4_at and now >= k4_at:
+                for _ in range(2):
+                    sup.start(once=True)
+                self.state.racers += 2
+                k4_at = None
+                self.log("K4: two extra `reconcile --once` racers started at once")
+            if k3_at and now >= k3_at[0]:
+                k3_at.pop(0)
+                self._drop_db_connections(sup)
+            if points:
+                self._try_kill(points, sup)
+            sup.reap(self.o.workers)
+            self._housekeeping()
+            if now - last_line >= 1.0:
+                last_line = now
+                self.log("faults: " + self._progress())
+            if now >= deadline and not points and not k3_at and not stuck:
+                break
+            if now >= kill_deadline:
+                self.log(f"K1: gave up waiting for kill points {points}")
+                break
+            time.sleep(0.02)
+        self.state.phases["fault_seconds"] = round(time.monotonic() - started, 2)
+
+    def _try_kill(self, points: list[str], sup: Supervisor) -> None:
+        from django.utils import timezone
+
+        from sandboxes.models import Retirement
+
+        point = points[0]
+        rows = Retirement.objects.filter(
+            stage=_STAGE_OF[point], claimed_until__gt=timezone.now()
+        ).values_list("pk", "attempt_id")
+        for pk, attempt in rows:
+            owner = sup.owner_of(str(attempt))
+            if owner is None or not owner.alive() or owner.once:
+                continue
+            with sup.lock:
+                step = owner.step
+            if step != (str(pk), point):
+                continue
+            time.sleep(self.rng.uniform(0.0, 0.15))  # land somewhere inside the step
+            with sup.lock:
+                still = owner.step == (str(pk), point)
+            sup.kill(owner, f"K1 in the middle of {point}")
+            self.state.k1.append(
+                {"point": point, "retirement": str(pk), "worker": owner.number, "in_step": still}
+            )
+            self.log(f"K1: SIGKILLed worker {owner.number} in the middle of {point} ({pk})")
+            expired = sup.expire_claims_of_dead()
+            sup.start()
+            sup.restarts += 1
+            self.log(f"K1: replacement started; {expired} dead claim(s) ended")
+            points.pop(0)
+            return
+
+    def _drop_db_connections(self, sup: Supervisor) -> None:
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND application_name LIKE %s",
+                ["chaos-worker-%"],
+            )
+            n = sum(1 for (ok,) in cur.fetchall() if ok)
+        busy = sum(1 for w in sup.live() if w.step)
+        self.state.k3.append({"terminated": n, "workers_mid_step": busy})
+        self.log(f"K3: terminated {n} worker database connection(s); {busy} worker(s) mid-step")
+
+    def _housekeeping(self) -> None:
+        """Stand in for the clock (retry backoff) and the operator (manual approvals)."""
+        from django.db.models import Q
+        from django.utils import timezone
+
+        from sandboxes import actions
+        from sandboxes.models import Retirement
+
+        now = timezone.now()
+        unclaimed = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
+        # Retry backoff is 30 s doubling to 30 min; a wave skips the wait.
+        self.state.clock_skips += Retirement.objects.filter(
+            unclaimed, stage="failed", next_attempt_at__gt=now
+        ).update(next_attempt_at=now)
+        for pk in Retirement.objects.filter(
+            stage="awaiting_approval", environment__retirement_mode="manual"
+        ).values_list("pk", flat=True):
+            try:
+                actions.approve(pk, actor=self.operator, reason="chaos wave: proof reviewed")
+                self.state.approvals += 1
+            except actions.ActionRefused:
+                pass
+
+    def _progress(self) -> str:
+        from django.db.models import Count
+
+        from sandboxes.models import Retirement
+
+        stages = dict(
+            Retirement.objects.values_list("stage").annotate(n=Count("id")).order_by("stage")
+        )
+        live = len(self.sup.live())
+        return f"workers {live} live; " + ", ".join(f"{k}={v}" for k, v in sorted(stages.items()))
+
+    # --- phase 3: calm ------------------------------------------------------------------
+
+    def _calm(self, fleet: Fleet, sup: Supervisor) -> float | None:
+        from sandboxes.providers.simulator import SimulatorControl
+
+        control = SimulatorControl(self.sim.url)
+        # Not /_sim/reset: it would clear the call log the verdict reads.
+        defaults = dataclasses.asdict(FaultConfig())
+        control.faults(script=[], **{k: defaults[k] for k in self.state.faults["k2"]})
+        alive = self._alive()
+        for case in fleet.cases:
+            if case.sandbox_id in alive:
+                # A sandbox destroyed since the listing answers 404.
+                with contextlib.suppress(httpx.HTTPStatusError):
+                    control.sandbox(case.sandbox_id, stuck=None, transition_seconds=None)
+        started = time.monotonic()
+        self.log("faults off; waiting for the fleet to converge")
+        last_line = 0.0
+        while time.monotonic() - started < self.o.converge_timeout:
+            sup.reap(self.o.workers)
+            self._housekeeping()
+            missing = self._unconverged(fleet)
+            if not missing:
+                took = round(time.monotonic() - started, 2)
+                self.log(f"converged in {took}s after the faults stopped")
+                return took
+            if time.monotonic() - last_line >= 1.0:
+                last_line = time.monotonic()
+                self.log(f"calm: {self._progress()}; waiting for {missing[:2]}")
+            time.sleep(0.25)
+        self.unconverged = self._unconverged(fleet)
+        self.log(f"did not converge within {self.o.converge_timeout:g}s: {self.unconverged[:5]}")
+        return None
+
+    def _alive(self) -> dict[str, str]:
+        out, cursor = {}, None
+        while True:
+            params = {"limit": 500}
+            if cursor:
+                params["cursor"] = cursor
+            body = httpx.get(
+                f"{self.sim.url}/sandbox",
+                params=params,
+                headers={"Authorization": "Bearer chaos"},
+                timeout=30,
+            ).json()
+            for item in body["items"]:
+                out[item["id"]] = item["state"]
+            cursor = body.get("nextCursor")
+            if not cursor:
+                return out
+
+    def _unconverged(self, fleet: Fleet) -> list[str]:
+        from django.db.models import Q
+        from django.utils import timezone
+
+        from sandboxes.models import Retirement
+
+        now = timezone.now()
+        if Retirement.objects.filter(claimed_until__gt=now).exists():
+            return ["claims still live"]
+        stages = {}
+        for sid, stage in Retirement.objects.order_by("listed_at").values_list(
+            "provider_lease_id", "stage"
+        ):
+            stages[sid] = stage
+        alive = self._alive()
+        missing = []
+        for case in fleet.cases:
+            stage = stages.get(case.sandbox_id)
+            if case.expect == RETIRED and stage != "retired":
+                missing.append(f"{case.name}: {stage}")
+            elif case.expect in (KEPT, STOPPED) and stage != case.final_stage:
+                missing.append(f"{case.name}: {stage} (want {case.final_stage})")
+            elif case.expect == STOPPED and alive.get(case.sandbox_id) != "stopped":
+                missing.append(f"{case.name}: sandbox {alive.get(case.sandbox_id)}")
+        due = Retirement.objects.filter(
+            Q(next_attempt_at__lte=now),
+            stage__in=["listed", "comparing", "exporting", "retiring", "failed"],
+        ).exclude(environment__retirement_mode="observe")
+        missing.extend(f"due: {pk}" for pk in due.values_list("pk", flat=True))
+        return missing
+
+    # --- phase 4: a further pass changes nothing ----------------------------------------
+
+    def _snapshot(self) -> dict:
+        from sandboxes.models import EnvironmentLease, Receipt, Retirement
+
+        calls = self.sim.control.calls()
+        return {
+            "records": sorted(
+                (str(pk), stage, tuple(holds or []))
+                for pk, stage, holds in Retirement.objects.values_list("pk", "stage", "holds")
+            ),
+            "receipts": Receipt.objects.count(),
+            "leases": sorted(
+                (str(pk), status)
+                for pk, status in EnvironmentLease.objects.values_list("pk", "status")
+            ),
+            "provider_changes": sum(
+                1 for c in calls if c["operation"] in inv.MUTATING and inv.ok(c["status"])
+            ),
+        }
+
+    def _final_pass(self, fleet: Fleet, sup: Supervisor) -> dict:
+        before = self._snapshot()
+        w = sup.run_once()
+        after = self._snapshot()
+        changed = [k for k in before if before[k] != after[k]]
+        self.log(
+            "further pass: "
+            + ("nothing changed" if not changed else f"changed {changed}")
+            + f" (exit {w.process.returncode})"
+        )
+        return {"changed": changed, "exit": w.process.returncode}
+
+    # --- verdict ------------------------------------------------------------------------------
+
+    def _verdict(self, fleet: Fleet, sup: Supervisor, converged_in, stable) -> dict:
+        from django.db.models import Count
+
+        from sandboxes.models import Receipt, ReconcilerPass, Retirement
+
+        calls = self.sim.control.calls()
+        alive = self._alive()
+        gone = {c.sandbox_id for c in fleet.cases if c.sandbox_id not in alive}
+        unsafe = inv.unsafe_destroys(fleet, calls)
+        dupes = inv.duplicate_destroys(fleet, calls)
+        lost, unrecorded = inv.lost_files(fleet, gone, self.media)
+        orphans = inv.orphans(fleet, alive)
+        kept = inv.kept_violations(fleet, calls, alive)
+        statuses = {}
+        for c in calls:
+            statuses[str(c["status"])] = statuses.get(str(c["status"]), 0) + 1
+        converged = converged_in is not None and not stable["changed"]
+        safe = not (unsafe or dupes or lost or orphans)
+
+        results: dict[str, dict] = {}
+
+        def verdict(name, problems):
+            if name in self.o.scenarios:
+                results[name] = {"passed": not problems, "problems": problems[:20]}
+
+        for kind in RETIRE_KINDS:
+            problems = []
+            for case in fleet.cases:
+                if case.kind == kind and case.expect == RETIRED:
+                    problems += [f"{case.name}: {p}" for p in inv.retired_ok(case, alive)]
+                    if kind == "superseded_running_warm":
+                        problems += self._stopped_first(case, calls)
+            verdict(kind, problems)
+        verdict(
+            "unsuccessful_run_stopped",
+            [
+                f"{k['case']}: {p}"
+                for k in kept
+                if k["case"].startswith("unsuccessful")
+                for p in k["problems"]
+            ],
+        )
+        keep_problems = [
+            f"{k['case']}: {p}"
+            for k in kept
+            if not k["case"].startswith("unsuccessful")
+            for p in k["problems"]
+        ]
+        for case in fleet.cases:
+            if case.env == "manual":
+                keep_problems += [f"{case.name}: {p}" for p in inv.retired_ok(case, alive)]
+                if not Receipt.objects.filter(
+                    provider_lease_id=case.sandbox_id, kind="approval"
+                ).exists():
+                    keep_problems.append(f"{case.name}: retired without an approval receipt")
+        keep_problems += [f"unsafe: {u}" for u in unsafe]
+        verdict("kept_until_allowed", keep_problems)
+        dirty = [c for c in fleet.cases if c.expect == RETIRED and (c.unsaved or c.deleted)]
+        verdict(
+            "unsaved_files_exported",
+            [f"lost {x['case']}:{x['path']}" for x in lost]
+            + [f"deleted path not recorded {x['case']}:{x['path']}" for x in unrecorded]
+            + ([] if dirty else ["no dirty sandbox in the fleet"]),
+        )
+        k1_problems = []
+        for point in self.o.kill_points:
+            hits = [k for k in self.state.k1 if k["point"] == point]
+            if not hits:
+                k1_problems.append(f"no worker was killed in the middle of {point}")
+            for k in hits:
+                r = Retirement.objects.get(pk=k["retirement"])
+                case = fleet.by_sandbox().get(r.provider_lease_id)
+                if case and case.expect == RETIRED:
+                    k1_problems += [f"{case.name}: {p}" for p in inv.retired_ok(case, alive)]
+        if not converged:
+            k1_problems.append("the fleet did not converge")
+        verdict("k1_worker_killed", k1_problems)
+        k2_problems = []
+        if self._on("k2_provider_faults"):
+            for label, test in (
+                ("5xx", lambda s: s.isdigit() and int(s) >= 500),
+                ("409", lambda s: s == "409"),
+                ("429", lambda s: s == "429"),
+                ("dropped connection", lambda s: s == "0"),
+            ):
+                if not any(test(s) for s in statuses):
+                    k2_problems.append(f"no {label} was injected")
+        if not converged:
+            k2_problems.append("the fleet did not converge")
+        if not safe:
+            k2_problems.append("a safety invariant failed")
+        verdict("k2_provider_faults", k2_problems)
+        k3_problems = []
+        if not any(k["terminated"] for k in self.state.k3):
+            k3_problems.append("no worker database connection was terminated")
+        if not converged:
+            k3_problems.append("the fleet did not converge")
+        verdict("k3_db_dropped", k3_problems)
+        passes = list(
+            ReconcilerPass.objects.filter(advanced__gt=0, finished_at__isnull=False).values(
+                "worker", "started_at", "finished_at"
+            )
+        )
+        overlaps = sum(
+            1
+            for i, a in enumerate(passes)
+            for b in passes[i + 1 :]
+            if a["worker"] != b["worker"]
+            and a["started_at"] < b["finished_at"]
+            and b["started_at"] < a["finished_at"]
+        )
+        k4_problems = [] if overlaps else ["no two workers advanced records at the same time"]
+        k4_problems += [f"duplicate: {d}" for d in dupes]
+        verdict("k4_workers_race", k4_problems)
+
+        passed = sum(1 for r in results.values() if r["passed"])
+        report = {
+            "seed": self.o.seed,
+            "ok": passed == len(results) and safe and converged,
+            "scenarios_passed": passed,
+            "scenarios_total": len(results),
+            "scenarios": results,
+            "orphans": orphans,
+            "unsafe_destroys": unsafe,
+            "lost_files": lost,
+            "duplicate_destroys": dupes,
+            "kept": {
+                "expected": sum(1 for c in fleet.cases if c.expect != RETIRED),
+                "kept": sum(1 for c in fleet.cases if c.expect != RETIRED)
+                - len({k["case"] for k in kept}),
+                "violations": kept,
+            },
+            "converged": converged,
+            "time_to_converge_s": converged_in,
+            "unconverged": getattr(self, "unconverged", [])[:30],
+            "further_pass": stable,
+            "fleet": {
+                "sandboxes": len(fleet.cases),
+                "retired": sum(1 for c in fleet.cases if c.sandbox_id in gone),
+                "by_expectation": {
+                    e: sum(1 for c in fleet.cases if c.expect == e)
+                    for e in (RETIRED, STOPPED, KEPT)
+                },
+                "unsaved_files": sum(len(c.unsaved) for c in fleet.cases),
+            },
+            "faults": {
+                "k1_kills": self.state.k1,
+                "k2": self.state.faults,
+                "k2_statuses": statuses,
+                "k3_drops": self.state.k3,
+                "k4_racers": self.state.racers,
+                "k4_overlapping_passes": overlaps,
+            },
+            "workers": {
+                "started": sup.started,
+                "killed": len(sup.kills),
+                "crashed": sup.crashes,
+                "restarts": sup.restarts,
+            },
+            "clock_skips": self.state.clock_skips,
+            "approvals": self.state.approvals,
+            "stages": dict(
+                Retirement.objects.values_list("stage").annotate(n=Count("id")).order_by("stage")
+            ),
+            "provider_calls": len(calls),
+            "phases": self.state.phases,
+            "wall_seconds": round(time.monotonic() - self.t0, 2),
+        }
+        return report
+
+    def _stopped_first(self, case, calls) -> list[str]:
+        stops = [
+            c["at"]
+            for c in calls
+            if c["sandbox_id"] == case.sandbox_id
+            and c["operation"] == "stop"
+            and inv.ok(c["status"])
+        ]
+        dels = [
+            c["at"]
+            for c in calls
+            if c["sandbox_id"] == case.sandbox_id
+            and c["operation"] == "destroy"
+            and inv.ok(c["status"])
+        ]
+        if not stops:
+            return [f"{case.name}: never stopped before its retirement"]
+        if dels and min(dels) < min(stops):
+            return [f"{case.name}: destroyed before the stop-only step"]
+        return []
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"chaos wave seed {report['seed']}: {'PASS' if report['ok'] else 'FAIL'}",
+        f"  scenarios passed: {report['scenarios_passed']}/{report['scenarios_total']}",
+    ]
+    for name, r in report["scenarios"].items():
+        mark = "ok  " if r["passed"] else "FAIL"
+        lines.append(f"    {mark} {name}" + (f": {r['problems'][:3]}" if r["problems"] else ""))
+    kept = report["kept"]
+    lines += [
+        f"  orphans: {len(report['orphans'])}",
+        f"  unsafe destroys: {len(report['unsafe_destroys'])}",
+        f"  lost files: {len(report['lost_files'])}",
+        f"  duplicate destroys: {len(report['duplicate_destroys'])}",
+        f"  had to be kept and were: {kept['kept']}/{kept['expected']}",
+        f"  time to converge: {report['time_to_converge_s']}s"
+        f" (further pass changed: {report['further_pass']['changed'] or 'nothing'})",
+        f"  fleet: {report['fleet']}",
+        f"  K1 kills: {[(k['point'], k['in_step']) for k in report['faults']['k1_kills']]}; "
+        f"K3 drops: {report['faults']['k3_drops']}; "
+        f"K4 overlapping passes: {report['faults']['k4_overlapping_passes']}",
+        f"  workers: {report['workers']['started']} started, {report['workers']['killed']} killed,"
+        f" {len(report['workers']['crashed'])} crashed; clock skips {report['clock_skips']}",
+        f"  wall time: {report['wall_seconds']}s",
+    ]
+    return "\n".join(lines)
