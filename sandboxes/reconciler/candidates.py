@@ -8,8 +8,10 @@ and rows whose graph still has placeholders are skipped (DOMAIN §2.1).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from django.db import connection, transaction
 from django.db.models import (
     BooleanField,
     Case,
@@ -243,9 +245,26 @@ def _to_candidate(row: dict) -> Candidate:
     )
 
 
+@contextmanager
+def _without_jit():
+    """PostgreSQL JIT-compiles this query (its cost estimate is high) and spends
+    longer compiling than executing: ~0.7 s of 1.1 s at 100k leases. Turn it off
+    for the listing transaction only."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL jit = off")
+        yield
+
+
 def list_candidates(environment_id=None) -> list[Candidate]:
-    """Every candidate (newest row per sandbox, complete graph) with its hold facts: 1 query."""
-    return [_to_candidate(row) for row in candidate_queryset(environment_id).values(*FACT_FIELDS)]
+    """Every candidate (newest row per sandbox, complete graph) with its hold facts:
+    one SELECT (plus SET LOCAL jit on PostgreSQL)."""
+    with _without_jit():
+        rows = list(candidate_queryset(environment_id).values(*FACT_FIELDS))
+    return [_to_candidate(row) for row in rows]
 
 
 def judge_leases(lease_ids) -> dict[object, Candidate]:
@@ -254,7 +273,8 @@ def judge_leases(lease_ids) -> dict[object, Candidate]:
     ids = list(lease_ids)
     if not ids:
         return {}
-    rows = annotated_leases().filter(GRAPH_COMPLETE, pk__in=ids).values(*FACT_FIELDS)
+    with _without_jit():
+        rows = list(annotated_leases().filter(GRAPH_COMPLETE, pk__in=ids).values(*FACT_FIELDS))
     out = {}
     for row in rows:
         candidate = _to_candidate(row)

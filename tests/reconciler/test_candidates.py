@@ -111,11 +111,30 @@ def fleet(n):
 @pytest.mark.parametrize("size", [1, 12])
 def test_listing_and_holds_use_a_fixed_number_of_queries(size, django_assert_max_num_queries):
     fleet(size)
-    with django_assert_max_num_queries(2):
+    # BEGIN, SET LOCAL jit, the candidate SELECT, COMMIT, the open records.
+    with django_assert_max_num_queries(5):
         evaluated = evaluate_fleet()
     assert len(evaluated) == 7 * size
     # The sync writes in bulk too: the same bound at every size.
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(16):
         sync_retirements()
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(16):
         sync_retirements()
+
+
+def test_the_query_count_is_the_same_at_every_fleet_size():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for size in (1, 5, 20):
+        fleet(size)
+        with CaptureQueriesContext(connection) as ctx:
+            evaluate_fleet()
+        counts.append(len(ctx.captured_queries))
+        sync_retirements()
+        with CaptureQueriesContext(connection) as ctx:
+            sync_retirements()  # steady state
+        counts.append(len(ctx.captured_queries))
+    assert counts[0::2] == [counts[0]] * 3
+    assert counts[1::2] == [counts[1]] * 3
