@@ -289,6 +289,7 @@ class Wave:
                 script=[
                     {"operation": "start", "status": 409, "times": 2},
                     {"operation": "stop", "status": 409, "times": 1},
+                    {"operation": "get", "drop": True, "times": 2},
                     {"operation": "get", "status": 429, "retry_after": 0.3, "times": 2},
                     {"operation": "destroy", "drop": True, "times": 2},
                     {"operation": "execute", "status": 503, "times": 2},
