@@ -34,6 +34,7 @@ class WorkerProcess:
     killed: bool = False
     claims_expired: bool = False
     once: bool = False
+    reader: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
@@ -79,7 +80,8 @@ class Supervisor:
         worker = WorkerProcess(number=number, process=process, once=once)
         with self.lock:
             self.workers.append(worker)
-        threading.Thread(target=self._read, args=(worker,), daemon=True).start()
+        worker.reader = threading.Thread(target=self._read, args=(worker,), daemon=True)
+        worker.reader.start()
         return worker
 
     def _read(self, worker: WorkerProcess) -> None:
@@ -144,9 +146,14 @@ class Supervisor:
 
         with self.lock:
             dead = [w for w in self.workers if not w.alive() and not w.claims_expired]
-            attempts = set().union(*(w.attempts for w in dead)) if dead else set()
         if not dead:
             return 0
+        for w in dead:
+            # The trace may still hold the dead worker's last CLAIM lines: read them all.
+            if w.reader is not None:
+                w.reader.join(timeout=10)
+        with self.lock:
+            attempts = set().union(*(w.attempts for w in dead))
         n = 0
         if attempts:
             now = timezone.now()
