@@ -10,7 +10,7 @@ makes the retirement due now.
 import uuid
 from datetime import timedelta
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -59,12 +59,30 @@ def _require(actor, codename: str) -> None:
         raise PermissionDenied(f"{codename.replace('_', ' ')} is not allowed for this account")
 
 
+def _storable(text: str) -> str:
+    """PostgreSQL text and jsonb cannot hold NUL and UTF-8 cannot encode a lone
+    surrogate (both arrive through JSON): refuse them here, not with a 500 at the INSERT."""
+    if "\x00" in text:
+        raise ActionRefused("Text cannot contain NUL characters.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ActionRefused("Text must be valid Unicode.") from None
+    return text
+
+
+def _note(text: str | None) -> str:
+    """An optional reason (tokens): stripped, storable, bounded."""
+    text = _storable((text or "").strip())
+    if len(text) > 2000:
+        raise ActionRefused("Keep the reason under 2,000 characters.")
+    return text
+
+
 def _reason(reason: str | None) -> str:
-    reason = (reason or "").strip()
+    reason = _note(reason)
     if not reason:
         raise ActionRefused("A reason is required.")
-    if len(reason) > 2000:
-        raise ActionRefused("Keep the reason under 2,000 characters.")
     return reason
 
 
@@ -83,7 +101,8 @@ def snapshot(r: Retirement) -> dict:
 def _locked(retirement_id) -> Retirement:
     try:
         return Retirement.objects.select_for_update(of=("self",)).get(pk=retirement_id)
-    except Retirement.DoesNotExist:
+    except (Retirement.DoesNotExist, ValidationError):
+        # ValidationError: not a uuid at all (bulk approve takes ids from the form as typed).
         raise ActionRefused("No such kept sandbox.") from None
 
 
@@ -330,7 +349,8 @@ def edit_policy(
 @transaction.atomic
 def create_token(*, actor, name: str, scope: str, reason: str = "") -> tuple[ApiToken, str]:
     _require(actor, "manage_tokens")
-    name = (name or "").strip()
+    name = _storable((name or "").strip())
+    reason = _note(reason)
     if not name:
         raise ActionRefused("Give the token a name.")
     if scope not in TokenScope.values:
@@ -340,7 +360,7 @@ def create_token(*, actor, name: str, scope: str, reason: str = "") -> tuple[Api
         actor=actor,
         action="token.create",
         obj=token,
-        reason=reason.strip(),
+        reason=reason,
         before={},
         after={"name": name, "scope": scope, "prefix": token.prefix},
     )
@@ -350,6 +370,7 @@ def create_token(*, actor, name: str, scope: str, reason: str = "") -> tuple[Api
 @transaction.atomic
 def revoke_token(token_id, *, actor, reason: str = "") -> ApiToken:
     _require(actor, "manage_tokens")
+    reason = _note(reason)
     token = ApiToken.objects.select_for_update().get(pk=token_id)
     if token.revoked_at is not None:
         raise ActionRefused("This token is already revoked.")
@@ -360,7 +381,7 @@ def revoke_token(token_id, *, actor, reason: str = "") -> ApiToken:
         actor=actor,
         action="token.revoke",
         obj=token,
-        reason=reason.strip(),
+        reason=reason,
         before=before,
         after={**before, "revoked_at": token.revoked_at.isoformat()},
     )

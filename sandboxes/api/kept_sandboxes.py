@@ -79,6 +79,8 @@ def kept_sandboxes(request):
             return _bad(f"unknown hold {code!r}")
         qs = hold_filter(qs, code)
     if env := params.get("environment"):
+        if "\x00" in env:
+            return _bad("environment cannot contain NUL characters")
         try:
             qs = qs.filter(environment_id=uuid.UUID(env))
         except ValueError:
@@ -100,6 +102,8 @@ def kept_sandboxes(request):
 
 def _current(provider_lease_id: str) -> Retirement | None:
     """The open record for the sandbox, else its most recent closed one."""
+    if "\x00" in provider_lease_id:
+        return None  # no sandbox id holds NUL, and PostgreSQL refuses it in a query
     return (
         Retirement.objects.filter(provider_lease_id=provider_lease_id)
         .annotate(
