@@ -154,3 +154,45 @@ def test_provider_calls_are_timed_and_errors_counted(client, operator_token):
         )
         == 1
     )
+
+
+def test_provider_calls_in_another_process_reach_the_scrape(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR shared, the web server's scrape includes
+    calls a q cluster worker made (here: another process)."""
+    import subprocess
+    import sys
+
+    from .helpers import ROOT, production_env
+
+    env = production_env(PROMETHEUS_MULTIPROC_DIR=tmp_path, DATABASE_URL="sqlite:///:memory:")
+    worker = (
+        "import django; django.setup()\n"
+        "from sandboxes.providers.base import observed\n"
+        "with observed('daytona', 'destroy'):\n"
+        "    pass\n"
+    )
+    scraper = (
+        "import django; django.setup()\n"
+        "from prometheus_client import generate_latest\n"
+        "from sandboxes.metrics import _process_registry\n"
+        "print(generate_latest(_process_registry()).decode())\n"
+    )
+    for code in (worker, worker):
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", scraper], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(done.stdout)
+        for s in family.samples
+    }
+    key = (
+        "paperclip_console_provider_call_seconds_count",
+        (("operation", "destroy"), ("provider", "daytona")),
+    )
+    assert samples[key] == 2

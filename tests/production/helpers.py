@@ -1,0 +1,59 @@
+"""Run the console as production runs it: subprocesses with a clean environment."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+# Settings the parent test process may carry that must not leak into "production".
+_SCRUB = (
+    "DEBUG",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "LOG_FORMAT",
+    "STATIC_ROOT",
+    "METRICS_TOKEN",
+    "PROMETHEUS_MULTIPROC_DIR",
+    "SECURE_SSL_REDIRECT",
+    "PYTEST_CURRENT_TEST",
+    # Set by the browser tests in this process; `check --deploy` rightly refuses it.
+    "DJANGO_ALLOW_ASYNC_UNSAFE",
+)
+
+
+def production_env(**overrides) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "paperclip_console.settings",
+            "DEBUG": "0",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ALLOWED_HOSTS": "console.example.com,127.0.0.1",
+            "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/postgres",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
+def manage(*args, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
