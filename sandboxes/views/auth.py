@@ -1,6 +1,8 @@
 """Login with a small cache-based limit on failed attempts, per client address
 and per username, so passwords cannot be guessed at speed."""
 
+import hashlib
+
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
 from django.shortcuts import render
@@ -17,7 +19,9 @@ def _keys(request) -> list[str]:
     username = (request.POST.get("username") or "").strip().lower()[:150]
     keys = [f"login-fail:ip:{_client(request)}"]
     if username:
-        keys.append(f"login-fail:user:{username}")
+        # Hashed: a typed username may hold spaces and control characters that
+        # memcached-style backends refuse in keys (Django warns: CacheKeyWarning).
+        keys.append(f"login-fail:user:{hashlib.sha256(username.encode()).hexdigest()}")
     return keys
 
 
