@@ -1,7 +1,18 @@
-"""A small demo fleet, described as Paperclip events so that it enters the
-console through the same ingest path as a real runtime's rows."""
+"""A demo fleet, described as Paperclip events so that it enters the console
+through the same ingest path as a real runtime's rows.
 
+With the local provider every lease names a real sandbox on this machine
+(created idempotently through the provider's `create`, holding files; some
+unsaved against the workspace's saved manifest), and the fleet covers every
+candidate kind and every hold, so a newcomer watches retirements happen and
+holds explained within a pass or two.
+"""
+
+from __future__ import annotations
+
+import hashlib
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -17,98 +28,254 @@ def _ts(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
-def demo_events(now: datetime | None = None) -> list[dict]:
-    """Events for one local environment and a handful of tasks in the seeds' shapes."""
+def _manifest(files: dict[str, bytes]) -> dict:
+    return {
+        path: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        for path, data in files.items()
+    }
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    issue_status: str = "in_progress"
+    run_status: str = "succeeded"
+    lease_status: str = "released"
+    policy: str = "reuse_by_environment"
+    bound: bool = True  # the task is bound to this lease's workspace
+    receipt: str | None = "termination"  # stop receipt kind, or None
+    released_hours: float | None = 2
+    running: bool = False  # the sandbox is still started
+    unsaved: bool = False  # files differ from the saved manifest
+    env: str = "local-demo"
+    disposition: str = "stop_and_retain"
+    failure_reason: str = ""
+    extra: tuple = field(default_factory=tuple)
+
+
+SCENARIOS = [
+    # Candidate kinds (DOMAIN §2.1).
+    Scenario(
+        "PAP-101",
+        "Retry moved the task to a new workspace (unsaved files)",
+        run_status="failed",
+        bound=False,
+        unsaved=True,
+    ),
+    Scenario(
+        "PAP-102", "Warm lease still resumable (kept, not a candidate)", issue_status="in_review"
+    ),
+    Scenario(
+        "PAP-103",
+        "Failed warm lease with a confirmed stop",
+        issue_status="todo",
+        run_status="failed",
+        lease_status="failed",
+    ),
+    Scenario(
+        "PAP-104",
+        "Done task, warm sandbox suspended two days",
+        issue_status="done",
+        released_hours=48,
+    ),
+    Scenario(
+        "PAP-105",
+        "Superseded but still running",
+        lease_status="retained",
+        bound=False,
+        receipt=None,
+        released_hours=None,
+        running=True,
+    ),
+    Scenario(
+        "PAP-106",
+        "Restore source whose recovery the Retry closed",
+        run_status="failed",
+        lease_status="failed",
+        policy="retain_on_failure",
+        receipt=None,
+        extra=("recovery_resolved",),
+    ),
+    Scenario(
+        "PAP-107",
+        "Sandbox that would not resume, replaced",
+        lease_status="pending_cleanup",
+        failure_reason="resume_failed",
+        extra=("replacement",),
+    ),
+    Scenario(
+        "PAP-108",
+        "Failed run kept running (must stop and retain)",
+        run_status="failed",
+        lease_status="retained",
+        disposition="keep_running",
+        receipt=None,
+        released_hours=None,
+        running=True,
+    ),
+    # One hold each (DOMAIN §2.2).
+    Scenario(
+        "PAP-110", "Hold: the lease's own run is live", run_status="running", lease_status="failed"
+    ),
+    Scenario(
+        "PAP-111",
+        "Hold: another run on the task is live",
+        lease_status="failed",
+        extra=("live_run",),
+    ),
+    Scenario(
+        "PAP-112",
+        "Hold: a recovery action is open",
+        lease_status="failed",
+        extra=("recovery_open",),
+    ),
+    Scenario(
+        "PAP-113",
+        "Hold: a native export is pending",
+        lease_status="failed",
+        extra=("export_pending",),
+    ),
+    Scenario(
+        "PAP-114",
+        "Hold: a restore intent is pending",
+        lease_status="failed",
+        extra=("intent_pending",),
+    ),
+    Scenario(
+        "PAP-115",
+        "Hold: another lease shares the sandbox",
+        lease_status="failed",
+        extra=("shared",),
+    ),
+    Scenario(
+        "PAP-116",
+        "Hold: a newer lease row names the sandbox",
+        lease_status="failed",
+        extra=("newer",),
+    ),
+    Scenario("PAP-117", "Hold: no confirmed stop receipt", lease_status="failed", receipt=None),
+    Scenario(
+        "PAP-118",
+        "Hold: the task can still resume it",
+        policy="retain_on_failure",
+        run_status="failed",
+        receipt=None,
+    ),
+    Scenario(
+        "PAP-119",
+        "Hold: the workspace writer is not settled",
+        lease_status="failed",
+        extra=("writer",),
+    ),
+    Scenario(
+        "PAP-120", "Hold: inside the warm retention window", issue_status="done", released_hours=2
+    ),
+    Scenario(
+        "PAP-121", "Hold: no release time to date it by", issue_status="done", released_hours=None
+    ),
+    Scenario(
+        "PAP-122",
+        "Hold: an operator put it on hold",
+        lease_status="failed",
+        extra=("operator_hold",),
+    ),
+    # Manual mode: salvage, then wait in the approvals queue.
+    Scenario(
+        "PAP-130",
+        "Manual environment: exported, awaiting approval",
+        lease_status="failed",
+        unsaved=True,
+        env="local-demo-manual",
+    ),
+    # Seed 003: a cancelled run's files behind the writer hold become recovery work.
+    Scenario(
+        "PAP-140",
+        "Cancelled run: files preserved as recovery work",
+        run_status="cancelled",
+        receipt="stop_and_retain",
+        extra=("writer",),
+    ),
+]
+
+ENVIRONMENTS = {"local-demo": "auto", "local-demo-manual": "manual"}
+
+
+def saved_files(key: str) -> dict[str, bytes]:
+    return {
+        "README.md": f"# {key}\n".encode(),
+        "src/main.py": f"print('{key} saved')\n".encode(),
+        "notes/plan.md": b"- step one\n- step two\n",
+    }
+
+
+def sandbox_files(s: Scenario) -> dict[str, bytes]:
+    files = saved_files(s.key)
+    if s.unsaved:
+        files["src/main.py"] = f"print('{s.key} edited after the last save')\n".encode()
+        files["src/new_module.py"] = b"def added():\n    return 'unsaved'\n"
+        del files["notes/plan.md"]
+    return files
+
+
+def sandbox_name(key: str) -> str:
+    return f"demo-{key.lower()}"
+
+
+def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None = None):
+    """Events for the demo fleet. `sandbox_ids` maps a scenario key (and
+    `<key>/replacement`) to its sandbox id; absent keys use a stable name."""
     now = now or timezone.now()
+    ids = sandbox_ids or {}
     events: list[dict] = []
 
     def add(type_: str, data: dict, at: datetime | None = None) -> None:
         events.append(
             {
-                "id": _id("event", str(len(events))),
+                "id": _id("event", type_, str(len(events))),
                 "type": type_,
                 "occurred_at": _ts(at or now),
                 "data": data,
             }
         )
 
-    env = _id("env", "local-demo")
-    add(
-        "environment.upserted",
-        {
-            "environment_id": env,
-            "name": "local-demo",
-            "provider": "local",
-            "driver": "sandbox",
-            "retirement_mode": "auto",
-            "warm_retention_hours": 24,
-        },
-    )
-    scenarios = [
-        # (key, title, issue status, run status, lease status, policy, bound to lease?, stopped?)
-        (
-            "PAP-101",
-            "Retry moved the task to a new workspace",
-            "in_progress",
-            "failed",
-            "released",
-            "reuse_by_environment",
-            False,
-            True,
-        ),
-        (
-            "PAP-102",
-            "Warm lease still resumable",
-            "in_review",
-            "succeeded",
-            "released",
-            "reuse_by_environment",
-            True,
-            True,
-        ),
-        (
-            "PAP-103",
-            "Failed warm lease with a confirmed stop",
-            "todo",
-            "failed",
-            "failed",
-            "reuse_by_environment",
-            True,
-            True,
-        ),
-        (
-            "PAP-104",
-            "Done task, warm sandbox suspended two days",
-            "done",
-            "succeeded",
-            "released",
-            "reuse_by_environment",
-            True,
-            True,
-        ),
-        (
-            "PAP-105",
-            "Superseded but still running",
-            "in_progress",
-            "succeeded",
-            "retained",
-            "reuse_by_environment",
-            False,
-            False,
-        ),
-    ]
-    for key, title, issue_status, run_status, lease_status, policy, bound, stopped in scenarios:
-        issue, ws, run, lease = (_id(key, part) for part in ("issue", "ws", "run", "lease"))
-        newer_ws = _id(key, "ws-new")
-        released = now - timedelta(hours=48 if issue_status == "done" else 2)
+    for name, mode in ENVIRONMENTS.items():
+        add(
+            "environment.upserted",
+            {
+                "environment_id": _id("env", name),
+                "name": name,
+                "provider": "local",
+                "driver": "sandbox",
+                "retirement_mode": mode,
+                "warm_retention_hours": 24,
+            },
+        )
+    for s in SCENARIOS:
+        issue, ws, run, lease = (_id(s.key, part) for part in ("issue", "ws", "run", "lease"))
+        newer_ws = _id(s.key, "ws-new")
+        sandbox = ids.get(s.key, sandbox_name(s.key))
+        released = now - timedelta(hours=s.released_hours or 2)
+        acquired = released - timedelta(hours=1)
+        writer = "writer" in s.extra
         add(
             "issue.upserted",
             {
                 "issue_id": issue,
-                "key": key,
-                "title": title,
-                "status": issue_status,
-                "bound_workspace_id": ws if bound else newer_ws,
+                "key": s.key,
+                "title": s.title,
+                "status": s.issue_status,
+                "bound_workspace_id": ws if s.bound else newer_ws,
+            },
+        )
+        add(
+            "run.upserted",
+            {
+                "run_id": run,
+                "issue_id": issue,
+                "status": s.run_status,
+                "started_at": _ts(acquired),
+                "finished_at": _ts(released),
             },
         )
         add(
@@ -118,10 +285,11 @@ def demo_events(now: datetime | None = None) -> list[dict]:
                 "issue_id": issue,
                 "save_state": "saved",
                 "saved_at": _ts(released),
-                "saved_manifest": {},
+                "saved_manifest": _manifest(saved_files(s.key)),
+                "writer_run_id": run if writer else None,
             },
         )
-        if not bound:
+        if not s.bound:
             add(
                 "workspace.upserted",
                 {
@@ -132,41 +300,154 @@ def demo_events(now: datetime | None = None) -> list[dict]:
                 },
             )
         add(
-            "run.upserted",
-            {
-                "run_id": run,
-                "issue_id": issue,
-                "status": run_status,
-                "started_at": _ts(released - timedelta(hours=1)),
-                "finished_at": _ts(released),
-            },
-        )
-        add(
             "lease.upserted",
             {
                 "lease_id": lease,
-                "environment_id": env,
+                "environment_id": _id("env", s.env),
                 "provider": "local",
-                "provider_lease_id": f"demo-{key.lower()}",
-                "status": lease_status,
-                "lease_policy": policy,
-                "acquired_at": _ts(released - timedelta(hours=1)),
-                "released_at": _ts(released) if lease_status != "retained" else None,
+                "provider_lease_id": sandbox,
+                "status": s.lease_status,
+                "lease_policy": s.policy,
+                "acquired_at": _ts(acquired),
+                "released_at": _ts(released) if s.released_hours is not None else None,
                 "issue_id": issue,
                 "workspace_id": ws,
                 "run_id": run,
+                "disposition": s.disposition,
+                "failure_reason": s.failure_reason or None,
+                "metadata": {"remoteCwd": "workspace"},
             },
+            at=acquired,
         )
-        if stopped:
+        if s.receipt:
+            receipt = {
+                "lease_id": lease,
+                "kind": "termination",
+                "state": "stopped",
+                "run_id": run,
+                "provider_lease_id": sandbox,
+                "confirmed_at": _ts(released),
+            }
+            add("receipt.recorded", receipt)
+            if s.receipt == "stop_and_retain":
+                add("receipt.recorded", receipt | {"kind": "stop_and_retain"})
+        if "recovery_resolved" in s.extra or "recovery_open" in s.extra:
             add(
-                "receipt.recorded",
+                "recovery_action.upserted",
                 {
+                    "action_id": _id(s.key, "recovery"),
+                    "issue_id": issue,
+                    "kind": "workspace_restore",
+                    "status": "resolved" if "recovery_resolved" in s.extra else "active",
+                    "lease_id": lease if "recovery_resolved" in s.extra else None,
+                },
+            )
+        if "live_run" in s.extra:
+            add(
+                "run.upserted",
+                {"run_id": _id(s.key, "run-2"), "issue_id": issue, "status": "running"},
+            )
+        if "export_pending" in s.extra:
+            add(
+                "export.upserted",
+                {"export_id": _id(s.key, "export"), "lease_id": lease, "state": "pending"},
+            )
+        if "intent_pending" in s.extra:
+            add(
+                "intent.upserted",
+                {
+                    "intent_id": _id(s.key, "intent"),
                     "lease_id": lease,
-                    "kind": "termination",
-                    "state": "stopped",
-                    "run_id": run,
-                    "provider_lease_id": f"demo-{key.lower()}",
-                    "confirmed_at": _ts(released),
+                    "kind": "restore",
+                    "state": "pending",
+                },
+            )
+        if "shared" in s.extra or "replacement" in s.extra:
+            other = "shared" in s.extra
+            add(
+                "lease.upserted",
+                {
+                    "lease_id": _id(s.key, "lease-2"),
+                    "environment_id": _id("env", s.env),
+                    "provider": "local",
+                    "provider_lease_id": sandbox
+                    if other
+                    else ids.get(f"{s.key}/replacement", sandbox_name(s.key) + "-new"),
+                    "status": "active",
+                    "lease_policy": s.policy,
+                    # A shared sandbox's other lease is older, so this row stays the newest.
+                    "acquired_at": _ts(acquired - timedelta(hours=1) if other else now),
+                    "issue_id": issue,
+                    "workspace_id": ws,
+                    "run_id": _id(s.key, "run-2") if other else run,
                 },
             )
     return events
+
+
+def newer_lease_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None = None):
+    """A newer lease row on PAP-116's sandbox, sent after the first listing so the
+    record already exists and shows the `newer_lease` hold."""
+    now = now or timezone.now()
+    s = next(s for s in SCENARIOS if "newer" in s.extra)
+    sandbox = (sandbox_ids or {}).get(s.key, sandbox_name(s.key))
+    return [
+        {
+            "id": _id("event", "newer-lease", s.key),
+            "type": "lease.upserted",
+            "occurred_at": _ts(now),
+            "data": {
+                "lease_id": _id(s.key, "lease-newer"),
+                "environment_id": _id("env", s.env),
+                "provider": "local",
+                "provider_lease_id": sandbox,
+                "status": "released",
+                "lease_policy": "reuse_by_environment",
+                "acquired_at": _ts(now),
+                "released_at": _ts(now),
+                "issue_id": _id(s.key, "issue"),
+                "workspace_id": _id(s.key, "ws"),
+                "run_id": _id(s.key, "run"),
+            },
+        }
+    ]
+
+
+def ensure_sandboxes(provider) -> dict[str, str]:
+    """Create each scenario's real sandbox once (found again by its `demo` label)
+    and return {scenario key: sandbox id}. A sandbox the reconciler already
+    retired is not recreated: its lease row keeps naming the old id."""
+    from sandboxes.models import EnvironmentLease
+
+    wanted = [(s.key, s, _id(s.key, "lease")) for s in SCENARIOS] + [
+        (f"{s.key}/replacement", None, _id(s.key, "lease-2"))
+        for s in SCENARIOS
+        if "replacement" in s.extra
+    ]
+    known = {
+        str(pk): sandbox
+        for pk, sandbox in EnvironmentLease.objects.filter(
+            pk__in=[lease for _, _, lease in wanted], placeholder=False
+        ).values_list("pk", "provider_lease_id")
+    }
+    labels = {"app": "paperclip-demo"}
+    existing = {info.labels.get("demo"): info.id for info in provider.list(labels)}
+    ids: dict[str, str] = {}
+    for key, s, lease_id in wanted:
+        if lease_id in known:
+            ids[key] = known[lease_id]
+            continue
+        if key in existing:
+            ids[key] = existing[key]
+            continue
+        files = sandbox_files(s) if s is not None else saved_files(key.split("/")[0])
+        info = provider.create(
+            sandbox_name(key.replace("/", "-")),
+            labels | {"demo": key},
+            files=files,
+            root="workspace",
+        )
+        if s is not None and not s.running:
+            provider.stop(info.id)
+        ids[key] = info.id
+    return ids

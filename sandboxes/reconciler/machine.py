@@ -48,7 +48,6 @@ from sandboxes.models.choices import (
 from sandboxes.proof import PROOF_KINDS, has_approval, proof_from_receipts
 from sandboxes.providers.base import Confirmation, ProviderError, SandboxState
 from sandboxes.providers.registry import get_provider
-from sandboxes.release import release_outcome
 
 from . import salvage
 from .candidates import Candidate, judge_lease_locked
@@ -393,20 +392,22 @@ def do_stop_only(plan: Plan, attempt_id, worker: Worker) -> None:
             _close(r, Stage.DISMISSED, "the sandbox is already gone at the provider", now)
             return
         _stop_receipts(r, conf, retain=True)
+        # Issue 4: a stop-only step leaves the lease `released` (stopped and kept),
+        # for the seed 002 correction too, so a retry on the same workspace can
+        # still resume it; a later pass judges it afresh (abandoned if the task
+        # moved on).
         lease.disposition = Disposition.STOP_AND_RETAIN
-        if r.kind == RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN:
-            run_status = lease.heartbeat_run.status if lease.heartbeat_run_id else None
-            _, lease.status = release_outcome(
-                Disposition.STOP_AND_RETAIN, run_status, lease.lease_policy
-            )
-        else:
-            lease.status = LeaseStatus.RELEASED
+        lease.status = LeaseStatus.RELEASED
         lease.released_at = lease.released_at or conf.confirmed_at
         lease.save(update_fields=["disposition", "status", "released_at", "updated_at"])
         _succeeded(r)
         r.started_for_salvage = False
         r.provider_state = str(conf.state)
         r.provider_state_at = conf.confirmed_at
+        if r.kind == RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN:
+            # A correction, not a retirement: done once the sandbox is stopped.
+            _close(r, Stage.DISMISSED, "stopped and retained after an unsuccessful run", now)
+            return
         # The stopped sandbox is judged afresh on a later pass (seed 001).
         _wait(r, Stage.LISTED, next_attempt_at=now)
         audit.record(

@@ -5,18 +5,44 @@ import tempfile
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from sandboxes.demo import demo_events
+from sandboxes import audit
+from sandboxes.demo import demo_events, ensure_sandboxes, newer_lease_events
+from sandboxes.models import Retirement
+from sandboxes.providers.registry import get_provider
+from sandboxes.reconciler.listing import sync_retirements
+
+OPERATOR_HOLD_KEY = "PAP-122"
 
 
 class Command(BaseCommand):
-    help = "Load the demo fleet through the ingest path (load_events); repeated runs are no-ops."
+    help = (
+        "Create the demo fleet's real local sandboxes (once) and load its events through "
+        "the ingest path (load_events); repeated runs are no-ops."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--quiet", action="store_true")
 
-    def handle(self, *args, quiet, **options):
+    def _load(self, events, out):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
-            for event in demo_events():
+            for event in events:
                 fh.write(json.dumps(event) + "\n")
-        out = io.StringIO() if quiet else self.stdout
         call_command("load_events", fh.name, source="demo", stdout=out)
+
+    def handle(self, *args, quiet, **options):
+        out = io.StringIO() if quiet else self.stdout
+        ids = ensure_sandboxes(get_provider("local"))
+        self._load(demo_events(ids), out)
+        # List once, so the two holds that need an existing record can show:
+        # a newer lease row arriving later, and an operator's hold.
+        sync_retirements()
+        self._load(newer_lease_events(ids), out)
+        held = Retirement.objects.filter(
+            lease__issue__key=OPERATOR_HOLD_KEY, operator_hold_reason=""
+        ).exclude(stage__in=["retired", "dismissed"])
+        for r in held:
+            r.operator_hold_reason = "demo: waiting for the task owner to confirm"
+            r.save(update_fields=["operator_hold_reason", "updated_at"])
+            audit.record(actor=None, action="retirement.hold", obj=r, reason=r.operator_hold_reason)
+        if not quiet:
+            self.stdout.write(f"demo fleet: {len(ids)} local sandboxes")
