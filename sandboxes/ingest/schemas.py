@@ -230,6 +230,34 @@ def _errors(index: int, prefix: tuple, exc: ValidationError) -> list[EventError]
     return out
 
 
+def _unstorable_paths(value: Any, path: str = ""):
+    """Paths of keys or strings PostgreSQL cannot store: JSON allows NUL and lone
+    surrogates, text and jsonb columns don't, so they must be a 400, not a 500."""
+    if isinstance(value, str):
+        if _unstorable(value):
+            yield path or "(event)"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            step = f"{path}.{key}" if path else str(key)
+            if _unstorable(str(key)):
+                yield step
+            else:
+                yield from _unstorable_paths(item, step)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _unstorable_paths(item, f"{path}[{i}]")
+
+
+def _unstorable(text: str) -> bool:
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def validate_batch(payload: Any, *, max_events: int) -> tuple[list[Event], list[EventError]]:
     """Validate a decoded request body. Returns the events, or every error."""
     if not isinstance(payload, dict) or "events" not in payload:
@@ -243,6 +271,11 @@ def validate_batch(payload: Any, *, max_events: int) -> tuple[list[Event], list[
     events: list[Event] = []
     errors: list[EventError] = []
     for index, raw in enumerate(raw_events):
+        unstorable = list(_unstorable_paths(raw))
+        if unstorable:
+            message = "text cannot contain NUL (\\u0000) or lone surrogates"
+            errors.extend(EventError(index, path, message) for path in unstorable)
+            continue
         try:
             envelope = Envelope.model_validate(raw)
         except ValidationError as exc:

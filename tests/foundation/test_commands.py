@@ -99,3 +99,11 @@ def test_demo_fleet_enters_through_ingest_and_is_repeatable():
     assert m.IngestedEvent.objects.filter(source="demo").count() > 0
     call_command("demo_fleet", quiet=True)
     assert m.EnvironmentLease.objects.count() == first
+
+
+def test_load_events_refuses_text_postgres_cannot_store(tmp_path):
+    _, events = graph()
+    events[1]["data"]["title"] = "nul\x00here"
+    with pytest.raises(CommandError, match=r"line 2: data.title"):
+        call_command("load_events", write_lines(tmp_path, events))
+    assert m.Environment.objects.count() == 0

@@ -509,3 +509,15 @@ class TestAuthentication:
             HTTP_AUTHORIZATION=f"Bearer {raw}",
         )
         assert response.status_code == 200
+
+
+@pytest.mark.parametrize("bad", ["sbx\x00-1", "sbx-\ud800"])
+def test_text_postgres_cannot_store_is_a_400_naming_the_field(post_events, bad):
+    _, events = graph()
+    events[4]["data"]["provider_lease_id"] = bad
+    events[1]["data"]["title\x00"] = "x"
+    response = post_events([], body=json.dumps({"events": events}))
+    assert response.status_code == 400
+    named = {(e["index"], e["path"]) for e in response.json()["errors"]}
+    assert named == {(4, "data.provider_lease_id"), (1, "data.title\x00")}
+    assert m.Environment.objects.count() == 0
