@@ -184,6 +184,14 @@ Q_CLUSTER = {
 }
 if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
+    # One cache shared by every web worker, so the login limit counts across them.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "paperclip-console",
+        }
+    }
 else:
     Q_CLUSTER["orm"] = "broker" if USING_SQLITE else "default"
 

@@ -109,20 +109,8 @@ class AttachmentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(m.ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    # Tokens are created with `manage.py create_token` (the raw value is shown
-    # once); the admin can only inspect and revoke.
+class ApiTokenAdmin(ReadOnlyAdmin):
+    # Tokens are created and revoked on the console's tokens page (or with
+    # `manage.py create_token`), where every change is audited; the admin site
+    # only shows them, so nobody can un-revoke a token without an audit row.
     list_display = ("name", "scope", "prefix", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = (
-        "name",
-        "scope",
-        "token_hash",
-        "prefix",
-        "created_by",
-        "created_at",
-        "last_used_at",
-    )
-    fields = readonly_fields + ("revoked_at",)
-
-    def has_add_permission(self, request):
-        return False
