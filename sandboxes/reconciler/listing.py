@@ -122,7 +122,8 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
         if _claimed(rec, now):
             return
         blocking = blocking_holds(holds, cand.kind)
-        observe = rec["environment__retirement_mode"] == RetirementMode.OBSERVE
+        rec["mode"] = rec["environment__retirement_mode"]
+        observe = rec["mode"] == RetirementMode.OBSERVE
         if blocking and rec["stage"] not in (Stage.HELD,):
             if rec["started_for_salvage"]:
                 to_wake.append(rec["id"])  # its worker stops the sandbox first
@@ -133,8 +134,12 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
         elif (
             not blocking
             and not observe
-            and rec["stage"] == Stage.LISTED
             and rec["next_attempt_at"] is None
+            and (
+                rec["stage"] == Stage.LISTED
+                # Manual → auto: nothing will approve it, so it proceeds.
+                or (rec["stage"] == Stage.AWAITING_APPROVAL and rec["mode"] == RetirementMode.AUTO)
+            )
         ):
             to_wake.append(rec["id"])
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from sandboxes import audit
@@ -126,8 +127,12 @@ class Worker:
 # --- claims -------------------------------------------------------------------
 
 
-def due_filter(now):
-    return {"stage__in": WORKABLE_STAGES, "next_attempt_at__lte": now}
+def due_filter(now) -> Q:
+    """Due work, plus held records still flagged as started by a dead worker: the
+    sandbox they started must be stopped before they wait."""
+    return Q(stage__in=WORKABLE_STAGES, next_attempt_at__lte=now) | Q(
+        stage=Stage.HELD, started_for_salvage=True
+    )
 
 
 def claim_due(
@@ -137,14 +142,14 @@ def claim_due(
     now = now or timezone.now()
     attempt = uuid.uuid4()
     with transaction.atomic():
-        qs = Retirement.objects.filter(**due_filter(now)).exclude(claimed_until__gt=now)
+        qs = Retirement.objects.filter(due_filter(now)).exclude(claimed_until__gt=now)
         if environment_id is not None:
             qs = qs.filter(environment_id=environment_id)
         if exclude:
             qs = qs.exclude(pk__in=list(exclude))
         ids = list(
             qs.select_for_update(skip_locked=True)
-            .order_by("next_attempt_at")
+            .order_by(F("next_attempt_at").asc(nulls_first=True))
             .values_list("pk", flat=True)[:limit]
         )
         if ids:

@@ -118,3 +118,34 @@ def test_a_sandbox_started_by_a_dead_worker_is_stopped_by_the_next(
     assert r.stage == m.Stage.AWAITING_APPROVAL
     assert local.inner.get(lease.provider_lease_id).state == "stopped"
     assert not r.started_for_salvage
+
+
+def test_an_operator_hold_on_a_dead_workers_started_sandbox_still_stops_it(
+    warm, local, reconcile, monkeypatch
+):
+    lease = warm(status=m.LeaseStatus.FAILED, files=UNSAVED)
+    die_at(monkeypatch, "compare:before_receipt")
+    with pytest.raises(WorkerDied):
+        reconcile()
+    monkeypatch.undo()
+    # The console's hold action puts the record in `held` straight away.
+    m.Retirement.objects.filter(lease=lease).update(
+        stage=m.Stage.HELD, operator_hold_reason="look first"
+    )
+    expire_claims()
+    reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.HELD and r.holds == ["operator_hold"]
+    assert not r.started_for_salvage
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    assert local.count("destroy") == 0
+
+
+def test_switching_manual_to_auto_lets_an_awaiting_record_proceed(warm, local, reconcile):
+    env = f.EnvironmentFactory(retirement_mode=m.RetirementMode.MANUAL)
+    lease = warm(env=env, status=m.LeaseStatus.FAILED)
+    reconcile()
+    assert retirement_of(lease).stage == m.Stage.AWAITING_APPROVAL
+    m.Environment.objects.filter(pk=env.pk).update(retirement_mode=m.RetirementMode.AUTO)
+    reconcile()
+    assert retirement_of(lease).stage == m.Stage.RETIRED
