@@ -44,16 +44,6 @@ _REFERENCES: dict[str, type[models.Model]] = {
     "action_id": RecoveryAction,
 }
 
-# Columns a placeholder needs to satisfy NOT NULL and CHECK constraints.
-_PLACEHOLDER_DEFAULTS = {
-    Environment: lambda pk: {"name": f"environment {pk}"},
-    EnvironmentLease: lambda pk: {
-        "status": "active",
-        "lease_policy": "ephemeral",
-        "provider": "local",
-    },
-}
-
 
 @dataclass(frozen=True)
 class BatchResult:
@@ -88,8 +78,7 @@ class _UnitOfWork:
         """The row with this id; a placeholder if the batch or database has none."""
         row = self.rows[model].get(pk)
         if row is None:
-            defaults = _PLACEHOLDER_DEFAULTS.get(model, lambda _pk: {})(pk)
-            row = model(pk=pk, placeholder=True, **defaults)
+            row = model.placeholder_for(pk)
             self.rows[model][pk] = row
             self.new[model].add(pk)
         if for_upsert:

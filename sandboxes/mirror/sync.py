@@ -23,7 +23,6 @@ from django.utils import timezone
 
 from sandboxes.logging import log_context
 from sandboxes.models import (
-    Environment,
     EnvironmentLease,
     ExecutionWorkspace,
     LeaseIntent,
@@ -36,16 +35,6 @@ from .cursor import CursorStore
 from .translate import Malformed, Row, Save
 
 log = logging.getLogger(__name__)
-
-# Columns a placeholder needs to satisfy NOT NULL and CHECK constraints.
-_PLACEHOLDER_DEFAULTS = {
-    Environment: lambda pk: {"name": f"environment {pk}"},
-    EnvironmentLease: lambda pk: {
-        "status": "active",
-        "lease_policy": "ephemeral",
-        "provider": "local",
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -127,9 +116,8 @@ def _ensure_exist(refs: dict[type, set[UUID]]) -> None:
         existing = set(model.objects.filter(pk__in=ids).values_list("pk", flat=True))
         missing = ids - existing
         if missing:
-            defaults = _PLACEHOLDER_DEFAULTS.get(model, lambda _pk: {})
             model.objects.bulk_create(
-                [model(pk=pk, placeholder=True, **defaults(pk)) for pk in missing],
+                [model.placeholder_for(pk) for pk in missing],
                 ignore_conflicts=True,
             )
 

@@ -42,8 +42,23 @@ class MirroredModel(models.Model):
     class Meta:
         abstract = True
 
+    # Columns a placeholder needs beyond the model defaults to pass NOT NULL and
+    # CHECK constraints; values that can never make it a retirement candidate.
+    placeholder_defaults: dict = {}
+
+    @classmethod
+    def placeholder_for(cls, pk):
+        """An unsaved stand-in for a row an event or mirror names before it arrives."""
+        defaults = {
+            key: (value(pk) if callable(value) else value)
+            for key, value in cls.placeholder_defaults.items()
+        }
+        return cls(pk=pk, placeholder=True, **defaults)
+
 
 class Environment(MirroredModel):
+    placeholder_defaults = {"name": lambda pk: f"environment {pk}"}
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     name = models.CharField(max_length=200)
     driver = models.CharField(
@@ -149,6 +164,8 @@ class HeartbeatRun(MirroredModel):
 
 
 class EnvironmentLease(MirroredModel):
+    placeholder_defaults = {"status": "active", "lease_policy": "ephemeral", "provider": "local"}
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     environment = models.ForeignKey(
         Environment, null=True, on_delete=models.PROTECT, related_name="leases"
