@@ -3,7 +3,7 @@
     python -m sandboxes.chaos.worker [--once] [--interval S]
 
 Runs the real command. The only addition is a line per claim and per step
-(`CLAIM <attempt_id> <n>`, `STEP <retirement_id> <action>`, `DONE …`), flushed
+(`CLAIM <attempt_id> <retirement_id>`, `STEP <retirement_id> <action>`, `DONE …`), flushed
 before the work starts, so the supervisor knows which process owns which
 claim and what it is doing when it SIGKILLs it.
 """
@@ -23,16 +23,15 @@ def _say(line: str) -> None:
 def instrument() -> None:
     from sandboxes.reconciler import machine
 
-    claim_due = machine.claim_due
+    claim_next = machine.claim_next
 
-    def traced_claim_due(*args, **kwargs):
-        claimed = claim_due(*args, **kwargs)
-        attempts = {str(attempt) for _, attempt in claimed}
-        for attempt in attempts:
-            _say(f"CLAIM {attempt} {len(claimed)}")
-        return claimed
+    def traced_claim_next(*args, **kwargs):
+        claim = claim_next(*args, **kwargs)
+        if claim is not None:
+            _say(f"CLAIM {claim.attempt_id} {claim.retirement_id}")
+        return claim
 
-    machine.claim_due = traced_claim_due
+    machine.claim_next = traced_claim_next
 
     def traced(action, step):
         def run(plan, attempt_id, worker):

@@ -1,7 +1,8 @@
 """The salvage-then-retire state machine (DOMAIN §2.3, §2.4).
 
-A worker claims due records (SELECT … FOR UPDATE SKIP LOCKED, then a fenced
-claim: attempt_id + claimed_until), and advances each one step at a time:
+A worker claims one due record at a time (SELECT … FOR UPDATE SKIP LOCKED
+LIMIT 1, then a fenced claim: attempt_id + claimed_until), and advances it one
+step at a time:
 
     plan (transaction, row lock: re-check predicate and holds, pick the step)
     → provider I/O (no transaction open)
@@ -15,6 +16,7 @@ Every destroy goes through `retire_sandbox`, which asks `authorize_destroy`.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -47,7 +49,12 @@ from sandboxes.models.choices import (
     TerminationState,
 )
 from sandboxes.proof import PROOF_KINDS, has_approval, proof_from_receipts
-from sandboxes.providers.base import Confirmation, ProviderError, SandboxState
+from sandboxes.providers.base import (
+    Confirmation,
+    ProviderError,
+    SandboxState,
+    TransientProviderError,
+)
 from sandboxes.providers.registry import get_provider
 
 from . import salvage
@@ -70,6 +77,20 @@ WORKABLE_STAGES = (
     Stage.AWAITING_APPROVAL,
     Stage.FAILED,
 )
+
+
+# A dropped or broken database connection (server restart, pg_terminate_backend,
+# network cut). Nothing half-written survives it: each fenced write is one
+# transaction. The record is retried; the worker reconnects and goes on.
+DB_LOST = (OperationalError, InterfaceError)
+
+
+def reset_connection() -> None:
+    """Drop this thread's database connection so the next query reconnects."""
+    try:
+        connection.close()
+    except Exception as exc:  # a dead socket may complain on close; it is gone either way
+        log.debug("closing a broken database connection: %s", exc)
 
 
 class ClaimLost(Exception):
@@ -135,28 +156,39 @@ def due_filter(now) -> Q:
     )
 
 
-def claim_due(
-    *, limit: int = 25, environment_id=None, exclude=(), now=None
-) -> list[tuple[uuid.UUID, uuid.UUID]]:
-    """Claim up to `limit` due, unclaimed records; returns (record id, attempt id)."""
+@dataclass(frozen=True)
+class Claim:
+    retirement_id: uuid.UUID
+    attempt_id: uuid.UUID
+    lease_id: uuid.UUID | None
+
+
+def claim_next(*, environment_id=None, exclude=(), now=None) -> Claim | None:
+    """Claim ONE due, unclaimed record in a short transaction
+    (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1, then the fenced claim write).
+
+    One at a time, so concurrent workers interleave over the due records and a
+    worker that dies strands at most the one record it was working on."""
     now = now or timezone.now()
-    attempt = uuid.uuid4()
     with transaction.atomic():
         qs = Retirement.objects.filter(due_filter(now)).exclude(claimed_until__gt=now)
         if environment_id is not None:
             qs = qs.filter(environment_id=environment_id)
         if exclude:
             qs = qs.exclude(pk__in=list(exclude))
-        ids = list(
+        row = (
             qs.select_for_update(skip_locked=True)
-            .order_by(F("next_attempt_at").asc(nulls_first=True))
-            .values_list("pk", flat=True)[:limit]
+            .order_by(F("next_attempt_at").asc(nulls_first=True), "pk")
+            .values_list("pk", "lease_id")
+            .first()
         )
-        if ids:
-            Retirement.objects.filter(pk__in=ids).update(
-                attempt_id=attempt, claimed_until=now + timedelta(seconds=CLAIM_SECONDS)
-            )
-    return [(pk, attempt) for pk in ids]
+        if row is None:
+            return None
+        attempt = uuid.uuid4()
+        Retirement.objects.filter(pk=row[0]).update(
+            attempt_id=attempt, claimed_until=now + timedelta(seconds=CLAIM_SECONDS)
+        )
+    return Claim(retirement_id=row[0], attempt_id=attempt, lease_id=row[1])
 
 
 @contextmanager
@@ -571,6 +603,23 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
     return proof.reason
 
 
+def _await_destroy(provider, sandbox_id: str, info):
+    """Read until a `destroying` sandbox is gone (or comes back), inside the step budget."""
+    from django.conf import settings
+
+    budget = float(getattr(provider, "budget_seconds", 0) or settings.PROVIDER_STEP_BUDGET_SECONDS)
+    interval = float(getattr(provider, "poll_interval", 1.0) or 1.0)
+    deadline = time.monotonic() + budget
+    while info.state == SandboxState.DESTROYING:
+        if time.monotonic() + interval > deadline:
+            raise TransientProviderError(
+                f"{sandbox_id} still destroying after {budget:g}s", sandbox_id=sandbox_id
+            )
+        time.sleep(interval)
+        info = provider.get(sandbox_id)
+    return info
+
+
 def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
     """The one path to a provider destroy: gate under the lock, destroy (idempotent;
     a read first, so a sandbox already gone is not destroyed again), record."""
@@ -584,6 +633,10 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
         r.save()
     provider = worker.provider(plan.environment)
     info = provider.get(plan.sandbox_id)
+    if info.state == SandboxState.DESTROYING:
+        # A destroy is already under way (a worker died after its DELETE was
+        # received): wait for it by reading, never send a second DELETE.
+        info = _await_destroy(provider, plan.sandbox_id, info)
     if info.state == SandboxState.DESTROYED:
         conf = Confirmation(
             sandbox_id=plan.sandbox_id,
@@ -644,6 +697,8 @@ def record_failure(retirement_id, attempt_id, exc: BaseException, worker: Worker
                     _stop_receipts(r, conf, retain=False)
                 r.started_for_salvage = False
                 r.save()
+    except DB_LOST:
+        raise
     except Exception as stop_exc:  # the retry will stop it; record the first error
         log.warning("could not stop %s after a failure: %s", retirement_id, stop_exc)
     now = timezone.now()
@@ -675,11 +730,14 @@ def record_failure(retirement_id, attempt_id, exc: BaseException, worker: Worker
 
 
 def advance(retirement_id, attempt_id, worker: Worker, *, max_steps: int = 8) -> None:
-    """Advance one claimed record as far as it can go without waiting."""
+    """Advance one claimed record as far as it can go without waiting.
+
+    A dropped database connection (DB_LOST) propagates with the claim still
+    set: the caller reconnects and releases it (or leaves it to expire)."""
     try:
         _advance(retirement_id, attempt_id, worker, max_steps)
     except ClaimLost as exc:
-        log.info("%s", exc)
+        log.info("claim lost, result dropped: %s", exc)
     # A worker that dies (BaseException) leaves its claim to expire: that is the
     # crash the fencing is for, and what the crash-safety tests simulate.
     release_claim(retirement_id, attempt_id)
@@ -689,21 +747,37 @@ def _advance(retirement_id, attempt_id, worker: Worker, max_steps: int) -> None:
     for _ in range(max_steps):
         plan = plan_step(retirement_id, attempt_id, worker)
         if plan is None:
+            log.info("record %s waits or is closed", retirement_id)
             break
         try:
             STEPS[plan.action](plan, attempt_id, worker)
-        except ClaimLost:
+        except (ClaimLost, *DB_LOST):
+            # Not the step's failure: the claim or the connection is gone. No
+            # attempt is counted; the record is worked again from its receipts.
+            log.warning(
+                "step %s on sandbox %s interrupted (claim or database lost)",
+                plan.action,
+                plan.sandbox_id,
+            )
             raise
         except DestroyRefused as exc:
-            log.warning("destroy refused for %s: %s", retirement_id, exc)
+            log.warning("destroy refused for sandbox %s: %s", plan.sandbox_id, exc)
             record_failure(retirement_id, attempt_id, exc, worker)
             break
         except Exception as exc:
+            log.warning(
+                "step %s on sandbox %s failed, will retry: %s: %s",
+                plan.action,
+                plan.sandbox_id,
+                type(exc).__name__,
+                exc,
+            )
             record_failure(retirement_id, attempt_id, exc, worker)
             worker.errors.append(
                 {"retirement": str(retirement_id), "step": plan.action, "error": str(exc)[:500]}
             )
             break
+        log.info("step %s on sandbox %s done", plan.action, plan.sandbox_id)
         worker.advanced += 1
         if plan.action == "stop_only":
             break

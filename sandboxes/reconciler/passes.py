@@ -1,4 +1,12 @@
-"""One reconciler pass: preservation, listing, then advancing every due record."""
+"""One reconciler pass: preservation, listing, then advancing every due record.
+
+Records are claimed one at a time (claim, work, claim the next), so several
+workers interleave over the due records and a worker that dies strands at
+most one record until its claim expires. A dropped database connection ends
+neither the pass nor the worker: it reconnects and goes on; the record whose
+step was cut is released (or left for its claim to expire) and retried from
+its receipts.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ from collections.abc import Callable
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from sandboxes.logging import log_context
 from sandboxes.models import Environment, ReconcilerPass, Retirement
 from sandboxes.models.choices import STAGES_CLOSED
 
@@ -19,11 +28,29 @@ from .listing import evaluate_fleet, sync_retirements
 from .preservation import record_preservation_sources
 
 log = logging.getLogger(__name__)
-CLAIM_BATCH = 25
+# Consecutive dropped-connection errors after which a pass stops claiming and
+# leaves the rest to the next pass (the database is down, not just blinking).
+MAX_DB_ERRORS = 3
 
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _db_retry(fn, what: str, attempts: int = 3):
+    """Run `fn`, reconnecting after a dropped connection; the last error propagates."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except machine.DB_LOST as exc:
+            log.warning(
+                "database connection lost during %s (%s/%s): %s", what, attempt, attempts, exc
+            )
+            machine.reset_connection()
+            if attempt == attempts:
+                raise
+            time.sleep(0.2 * attempt)
+    return None  # pragma: no cover
 
 
 def run_pass(
@@ -38,26 +65,39 @@ def run_pass(
     """Run one pass and return its ReconcilerPass record (counts, errors)."""
     started = timezone.now()
     env_id = environment.pk if environment is not None else None
-    record = ReconcilerPass.objects.create(
-        started_at=started,
-        dry_run=dry_run,
-        environment_name=environment.name if environment is not None else "",
-        worker=worker or worker_name(),
+    record = _db_retry(
+        lambda: ReconcilerPass.objects.create(
+            started_at=started,
+            dry_run=dry_run,
+            environment_name=environment.name if environment is not None else "",
+            worker=worker or worker_name(),
+        ),
+        "starting the pass",
     )
-    if dry_run:
-        evaluated = evaluate_fleet(env_id, now=started)
-        by_kind, by_stage = {}, {}
-        for e in evaluated:
-            by_kind[e.candidate.kind] = by_kind.get(e.candidate.kind, 0) + 1
-            stage = "held" if e.blocking else "listed"
-            by_stage[stage] = by_stage.get(stage, 0) + 1
-        record.candidates = len(evaluated)
-        record.counts_by_kind = by_kind
-        record.counts_by_stage = by_stage
-        record.finished_at = timezone.now()
-        record.save()
-        return record
+    with log_context(pass_id=record.pk):
+        log.info("pass started%s", " (dry run)" if dry_run else "")
+        if dry_run:
+            return _dry_run(record, env_id, started)
+        return _run(record, env_id, started, provider_for, progress, progress_every)
 
+
+def _dry_run(record: ReconcilerPass, env_id, started) -> ReconcilerPass:
+    evaluated = evaluate_fleet(env_id, now=started)
+    by_kind, by_stage = {}, {}
+    for e in evaluated:
+        by_kind[e.candidate.kind] = by_kind.get(e.candidate.kind, 0) + 1
+        stage = "held" if e.blocking else "listed"
+        by_stage[stage] = by_stage.get(stage, 0) + 1
+    record.candidates = len(evaluated)
+    record.counts_by_kind = by_kind
+    record.counts_by_stage = by_stage
+    record.finished_at = timezone.now()
+    record.save()
+    log.info("dry run: %s candidates", record.candidates)
+    return record
+
+
+def _run(record, env_id, started, provider_for, progress, progress_every) -> ReconcilerPass:
     w = machine.Worker(name=record.worker)
     if provider_for is not None:
         w.provider_for = provider_for
@@ -66,45 +106,99 @@ def run_pass(
         record_preservation_sources(env_id)
         sync = sync_retirements(env_id, now=started)
         record.candidates = sync.candidates
+        log.info(
+            "listing: %s candidates, %s listed, %s dismissed",
+            sync.candidates,
+            sync.created,
+            sync.dismissed,
+        )
+    except machine.DB_LOST as exc:
+        # Due records do not need this pass's listing: each is re-judged under
+        # its row lock before any step. Reconnect and work them.
+        log.warning("listing: database connection lost: %s", exc)
+        errors.append({"step": "listing", "error": f"{type(exc).__name__}: {exc}"[:500]})
+        machine.reset_connection()
     except Exception as exc:
         log.exception("listing failed")
         errors.append({"step": "listing", "error": f"{type(exc).__name__}: {exc}"[:500]})
 
     seen: set = set()
+    db_errors = 0  # consecutive
     last_progress = time.monotonic()
-    while not errors or seen:
-        batch = machine.claim_due(limit=CLAIM_BATCH, environment_id=env_id, exclude=seen)
-        if not batch:
+    while db_errors < MAX_DB_ERRORS:
+        try:
+            claim = machine.claim_next(environment_id=env_id, exclude=seen)
+        except machine.DB_LOST as exc:
+            db_errors += 1
+            log.warning("claiming: database connection lost: %s", exc)
+            errors.append({"step": "claim", "error": f"{type(exc).__name__}: {exc}"[:500]})
+            machine.reset_connection()
+            time.sleep(0.2 * db_errors)
+            continue
+        if claim is None:
             break
-        for retirement_id, attempt_id in batch:
-            seen.add(retirement_id)
+        seen.add(claim.retirement_id)
+        with log_context(lease_id=claim.lease_id, attempt_id=claim.attempt_id):
             try:
-                machine.advance(retirement_id, attempt_id, w)
+                machine.advance(claim.retirement_id, claim.attempt_id, w)
+                db_errors = 0
+            except machine.DB_LOST as exc:
+                db_errors += 1
+                log.warning("record %s: database connection lost: %s", claim.retirement_id, exc)
+                errors.append(
+                    {"retirement": str(claim.retirement_id), "error": f"database lost: {exc}"[:500]}
+                )
+                machine.reset_connection()
+                _release(claim)
             except Exception as exc:
-                log.exception("advancing %s failed", retirement_id)
-                errors.append({"retirement": str(retirement_id), "error": str(exc)[:500]})
-                machine.release_claim(retirement_id, attempt_id)
-            if progress and time.monotonic() - last_progress >= progress_every:
-                last_progress = time.monotonic()
-                progress(f"… {len(seen)} records worked, {w.retired} retired, {w.failed} failed")
+                log.exception("advancing %s failed", claim.retirement_id)
+                errors.append({"retirement": str(claim.retirement_id), "error": str(exc)[:500]})
+                _release(claim)
+        if progress and time.monotonic() - last_progress >= progress_every:
+            last_progress = time.monotonic()
+            progress(f"… {len(seen)} records worked, {w.retired} retired, {w.failed} failed")
+    if db_errors >= MAX_DB_ERRORS:
+        log.warning("pass stops claiming after %s database errors in a row", db_errors)
 
-    scope = Q() if env_id is None else Q(environment_id=env_id)
-    rows = (
-        Retirement.objects.filter(scope)
-        .filter(~Q(stage__in=STAGES_CLOSED) | Q(closed_at__gte=started))
-        .values("kind", "stage")
-        .annotate(n=Count("id"))
+    def finish() -> ReconcilerPass:
+        scope = Q() if env_id is None else Q(environment_id=env_id)
+        rows = (
+            Retirement.objects.filter(scope)
+            .filter(~Q(stage__in=STAGES_CLOSED) | Q(closed_at__gte=started))
+            .values("kind", "stage")
+            .annotate(n=Count("id"))
+        )
+        by_kind, by_stage = {}, {}
+        for row in rows:
+            by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["n"]
+            by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + row["n"]
+        record.counts_by_kind = by_kind
+        record.counts_by_stage = by_stage
+        record.advanced = w.advanced
+        record.retired = w.retired
+        record.failed = w.failed
+        record.errors = (errors + w.errors)[:200]
+        record.finished_at = timezone.now()
+        record.save()
+        return record
+
+    record = _db_retry(finish, "finishing the pass")
+    log.info(
+        "pass finished: %s worked, %s advanced, %s retired, %s failed, %s errors",
+        len(seen),
+        w.advanced,
+        w.retired,
+        w.failed,
+        len(record.errors),
     )
-    by_kind, by_stage = {}, {}
-    for row in rows:
-        by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["n"]
-        by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + row["n"]
-    record.counts_by_kind = by_kind
-    record.counts_by_stage = by_stage
-    record.advanced = w.advanced
-    record.retired = w.retired
-    record.failed = w.failed
-    record.errors = (errors + w.errors)[:200]
-    record.finished_at = timezone.now()
-    record.save()
     return record
+
+
+def _release(claim: machine.Claim) -> None:
+    """Give the record back now (fenced on our attempt id). If even that fails,
+    the claim simply expires: fenced writes keep anyone else safe meanwhile."""
+    try:
+        machine.release_claim(claim.retirement_id, claim.attempt_id)
+    except machine.DB_LOST as exc:
+        log.warning("could not release claim %s; it will expire: %s", claim.attempt_id, exc)
+        machine.reset_connection()

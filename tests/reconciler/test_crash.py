@@ -149,3 +149,40 @@ def test_switching_manual_to_auto_lets_an_awaiting_record_proceed(warm, local, r
     m.Environment.objects.filter(pk=env.pk).update(retirement_mode=m.RetirementMode.AUTO)
     reconcile()
     assert retirement_of(lease).stage == m.Stage.RETIRED
+
+
+def test_a_worker_claims_one_record_at_a_time_so_a_crash_strands_at_most_one(
+    warm, local, reconcile, monkeypatch
+):
+    leases = [warm(status=m.LeaseStatus.FAILED) for _ in range(4)]
+    die_at(monkeypatch, "compare:before_receipt")
+    with pytest.raises(WorkerDied):
+        reconcile()
+    claimed = m.Retirement.objects.exclude(attempt_id=None)
+    assert claimed.count() == 1
+    monkeypatch.undo()
+    reconcile()  # the others are worked at once; only the dead worker's record waits
+    stages = sorted(retirement_of(lease).stage for lease in leases)
+    assert stages.count(m.Stage.RETIRED) == 3
+    expire_claims()
+    reconcile()
+    assert all(retirement_of(lease).stage == m.Stage.RETIRED for lease in leases)
+    assert local.count("destroy") == 4
+
+
+def test_claim_next_claims_exactly_one_due_record():
+    from sandboxes.reconciler.listing import sync_retirements
+
+    for _ in range(3):
+        lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+        f.stop_receipt(lease)
+    sync_retirements()
+    first = machine.claim_next()
+    assert first is not None
+    assert m.Retirement.objects.exclude(attempt_id=None).count() == 1
+    second = machine.claim_next()
+    assert second.retirement_id != first.retirement_id
+    assert second.attempt_id != first.attempt_id  # each claim is fenced on its own
+    third = machine.claim_next(exclude={first.retirement_id})
+    assert third.retirement_id not in (first.retirement_id, second.retirement_id)
+    assert machine.claim_next() is None

@@ -1,9 +1,16 @@
+import logging
 import time
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
 
 from sandboxes.models import Environment
+from sandboxes.reconciler import machine
 from sandboxes.reconciler.passes import run_pass
+
+log = logging.getLogger("sandboxes.reconciler.command")
+BACKOFF_FIRST = 1.0
+BACKOFF_CAP = 30.0
 
 
 class Command(BaseCommand):
@@ -28,15 +35,32 @@ class Command(BaseCommand):
             env = Environment.objects.filter(name=environment).first()
             if env is None:
                 raise CommandError(f"no environment named {environment!r}")
+        failures = 0
         while True:
-            record = run_pass(
-                environment=env,
-                dry_run=dry_run,
-                progress=lambda line: self.stdout.write(line),
-            )
+            try:
+                record = run_pass(
+                    environment=env,
+                    dry_run=dry_run,
+                    progress=lambda line: self.stdout.write(line),
+                )
+            except machine.DB_LOST as exc:
+                # The database went away (restart, dropped connection). A loop
+                # keeps going: reconnect on the next pass, after a short backoff.
+                machine.reset_connection()
+                if once or dry_run:
+                    raise CommandError(f"the database is unreachable: {exc}") from exc
+                failures += 1
+                wait = max(0.1, min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (failures - 1), interval))
+                log.warning("pass failed, database lost (%s in a row): %s", failures, exc)
+                self.stderr.write(f"pass failed: database lost ({exc}); next try in {wait:g}s")
+                time.sleep(wait)
+                continue
+            failures = 0
             self.stdout.write(self._summary(record))
             if once or dry_run:
                 return
+            # Between passes: drop a connection that broke or outlived CONN_MAX_AGE.
+            close_old_connections()
             time.sleep(interval)
 
     def _summary(self, record) -> str:
