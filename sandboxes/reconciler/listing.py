@@ -93,8 +93,16 @@ def _claimed(rec: dict, now) -> bool:
 def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncResult:
     now = now or timezone.now()
     result = SyncResult()
-    candidates = list_candidates(environment_id)
+    # Open records FIRST, candidates second. The listing is two statements, and
+    # another worker may retire a sandbox between them (record → retired and
+    # lease → expired, in one transaction). Read the other way round, the
+    # candidate read could predate that commit (lease still a candidate) and the
+    # record read follow it (no open record): a second record would be created
+    # for a destroyed sandbox, and later dismissed (chaos seed 100). In this
+    # order a retirement committed before the record read is also seen by the
+    # candidate read, so the expired lease is not a candidate any more.
     records = _open_records(environment_id)
+    candidates = list_candidates(environment_id)
     result.candidates = len(candidates)
     by_sandbox = {(r["provider"], r["provider_lease_id"]): r for r in records}
     cand_by_sandbox = {(c.provider, c.provider_lease_id): c for c in candidates}
@@ -207,6 +215,14 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
         ).update(next_attempt_at=now, updated_at=now)
     if to_dismiss:
         result.dismissed = _dismiss(to_dismiss, now, unclaimed)
+    if creates:
+        # Belt and braces: a lease whose sandbox was retired is never listed again.
+        retired = set(
+            Retirement.objects.filter(
+                lease_id__in=[c.lease_id for c in creates], stage=Stage.RETIRED
+            ).values_list("lease_id", flat=True)
+        )
+        creates = [c for c in creates if c.lease_id not in retired]
     if creates:
         created = Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None)
         result.created = len(created)

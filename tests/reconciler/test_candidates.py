@@ -2,6 +2,7 @@
 a query count that does not grow with the fleet."""
 
 import pytest
+from django.utils import timezone
 
 from sandboxes import models as m
 from sandboxes.reconciler.candidates import list_candidates
@@ -138,3 +139,53 @@ def test_the_query_count_is_the_same_at_every_fleet_size():
         counts.append(len(ctx.captured_queries))
     assert counts[0::2] == [counts[0]] * 3
     assert counts[1::2] == [counts[1]] * 3
+
+
+def _retire_concurrently(record):
+    """What another worker's final fenced write commits: record retired, lease expired."""
+    m.EnvironmentLease.objects.filter(pk=record.lease_id).update(
+        status=m.LeaseStatus.EXPIRED, cleanup_status=m.CleanupStatus.SUCCESS
+    )
+    m.Retirement.objects.filter(pk=record.pk).update(
+        stage=m.Stage.RETIRED, closed_at=timezone.now(), next_attempt_at=None
+    )
+
+
+@pytest.mark.parametrize("between", ["before_open_records", "after_open_records"])
+def test_a_retirement_committed_during_the_listing_never_lists_the_sandbox_again(
+    between, monkeypatch
+):
+    """Chaos seed 100: a sandbox was destroyed and its record retired, yet a second
+    record appeared for it and ended `dismissed`. A listing read the candidates
+    before another worker's retirement committed and the open records after it."""
+    from sandboxes.reconciler import listing
+
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+    f.stop_receipt(lease)
+    sync_retirements()
+    record = m.Retirement.objects.get(lease=lease)
+    real = listing._open_records
+
+    def open_records(environment_id=None):
+        if between == "before_open_records":
+            _retire_concurrently(record)
+            return real(environment_id)
+        rows = real(environment_id)
+        _retire_concurrently(record)
+        return rows
+
+    monkeypatch.setattr(listing, "_open_records", open_records)
+    sync_retirements()
+    monkeypatch.undo()
+    sync_retirements()
+    assert list(m.Retirement.objects.values_list("stage", flat=True)) == [m.Stage.RETIRED]
+
+
+def test_a_lease_with_a_retired_record_is_never_listed_again():
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+    f.stop_receipt(lease)
+    sync_retirements()
+    m.Retirement.objects.filter(lease=lease).update(stage=m.Stage.RETIRED, closed_at=timezone.now())
+    # The mirror replays an old row: the destroyed sandbox's lease looks kept again.
+    sync_retirements()
+    assert m.Retirement.objects.filter(lease=lease).count() == 1
