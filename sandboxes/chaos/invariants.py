@@ -8,9 +8,12 @@ Definitions (what each number in the report counts):
   sandbox the fleet says must be kept.
 - duplicate destroy: a sandbox with more than one `retirement` receipt, or
   with two destroy operations (distinct X-Request-Id values that each got a
-  2xx DELETE) whose call windows overlap: two workers destroying at once. A
-  retry that got 404, or a second worker finishing after the first was
-  killed, is not a duplicate.
+  2xx DELETE), whether they overlap or follow each other. Retries inside one
+  operation share its request id; a retry that got 404 is not a 2xx. A worker
+  that finds a destroy under way (`destroying`, its owner killed) waits for it
+  by reading and sends no DELETE of its own, so any second operation counts.
+  The harness's shortcuts (ending a dead worker's claim early, skipping retry
+  backoff) cannot hide one: this is judged from the provider's call log.
 - lost file: an added or changed file seeded on a sandbox that was destroyed
   and is not in a verified `salvage_export` with the same sha256 whose stored
   bytes still hash to it.
@@ -92,24 +95,16 @@ def duplicate_destroys(fleet: Fleet, calls: list[dict]) -> list[dict]:
     for sid, n in counts.items():
         if n > 1:
             found.append({"sandbox": sid, "why": f"{n} retirement receipts"})
-    windows: dict[tuple[str, str], list[datetime]] = {}
-    destroy_ids = {(sid, c["request_id"]) for sid, cs in deletes(calls).items() for c in cs}
-    for c in calls:
-        key = (c["sandbox_id"], c["request_id"])
-        if key in destroy_ids:
-            at = _at(c["at"])
-            lo_hi = windows.setdefault(key, [at, at])
-            lo_hi[0], lo_hi[1] = min(lo_hi[0], at), max(lo_hi[1], at)
-    by_sandbox = defaultdict(list)
-    for (sid, rid), (lo, hi) in windows.items():
-        by_sandbox[sid].append((lo, hi, rid))
-    for sid, ops in by_sandbox.items():
-        ops.sort()
-        for (_lo1, hi1, r1), (lo2, _hi2, r2) in zip(ops, ops[1:], strict=False):
-            if lo2 <= hi1:
-                found.append(
-                    {"sandbox": sid, "why": f"destroy operations {r1[:8]} and {r2[:8]} overlap"}
-                )
+    for sid, calls_ in deletes(calls).items():
+        operations = sorted({c["request_id"] for c in calls_})
+        if len(operations) > 1:
+            found.append(
+                {
+                    "sandbox": sid,
+                    "why": f"{len(operations)} destroy operations answered 2xx: "
+                    + ", ".join(op[:8] for op in operations),
+                }
+            )
     return found
 
 

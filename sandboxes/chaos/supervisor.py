@@ -55,6 +55,7 @@ class Supervisor:
         self.restarts = 0
         self.crashes: list[dict] = []
         self.kills: list[dict] = []
+        self.claims_ended = 0  # harness shortcut: dead workers' claims ended early
 
     # --- processes -------------------------------------------------------
 
@@ -162,6 +163,7 @@ class Supervisor:
             ).update(claimed_until=now)
         for w in dead:
             w.claims_expired = True
+        self.claims_ended += n
         return n
 
     def stop_all(self, timeout: float = 10.0) -> None:

@@ -61,7 +61,7 @@ def test_a_short_wave_passes(tmp_path):
             "--scenarios",
             ",".join(SHORT),
             "--kill-points",
-            "retire",
+            "compare,export,retire",
             "--fault-seconds",
             "8",
             "--converge-timeout",
@@ -85,3 +85,11 @@ def test_a_short_wave_passes(tmp_path):
     assert result["duplicate_destroys"] == [], summary
     assert result["kept"]["kept"] == result["kept"]["expected"], summary
     assert result["converged"] and done.returncode == 0, summary
+    # K1 landed in each step; K3 dropped connections and no worker died of it.
+    assert {k["point"] for k in result["faults"]["k1_kills"]} == {"compare", "export", "retire"}
+    assert result["workers"]["crashed"] == [], summary
+    # The harness's shortcuts are reported, not hidden.
+    assert set(result["harness_shortcuts"]) == {
+        "dead_worker_claims_ended",
+        "retry_backoffs_skipped",
+    }
