@@ -102,8 +102,9 @@ class DestroyRefused(Exception):
 
 
 def backoff(attempts: int) -> timedelta:
-    """30 s, doubling, capped at 30 min; from the 6th failure on, every 30 min."""
-    if attempts > NEEDS_ATTENTION_AFTER:
+    """30 s, doubling, capped at 30 min; once 5 attempts have failed, every 30 min
+    (DOMAIN §2.4), the same point at which needs_attention is set."""
+    if attempts >= NEEDS_ATTENTION_AFTER:
         return timedelta(seconds=BACKOFF_CAP)
     return timedelta(seconds=min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** max(0, attempts - 1)))
 

@@ -392,7 +392,7 @@ def test_backoff_doubles_from_30s_to_30min():
         60,
         120,
         240,
-        480,
+        1800,  # the 5th failure: every 30 min from now on, with needs_attention
         1800,
         1800,
         1800,
@@ -409,10 +409,13 @@ def test_needs_attention_after_five_failures_and_never_gives_up(
 
     monkeypatch.setattr(local.inner, "hash_files", flaky)
     for attempt in range(1, 8):
+        before = timezone.now()
         reconcile()
         r = retirement_of(lease)
         assert r.stage == m.Stage.FAILED and r.attempts == attempt
         assert r.needs_attention is (attempt >= 5)
+        if attempt >= 5:  # after 5 failed attempts: every 30 min
+            assert r.next_attempt_at >= before + timedelta(minutes=30)
         m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())
     assert local.count("destroy") == 0
     assert m.AuditEvent.objects.filter(action="retirement.needs_attention").count() == 1
