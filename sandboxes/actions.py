@@ -300,15 +300,6 @@ def bulk_approve(retirement_ids, *, actor, reason: str) -> tuple[list, dict]:
 POLICY_FIELDS = ("retirement_mode", "warm_retention", "max_retirements_per_pass", "workspace_root")
 
 
-def _policy(env: Environment) -> dict:
-    return {
-        "retirement_mode": env.retirement_mode,
-        "warm_retention_hours": env.warm_retention.total_seconds() / 3600,
-        "max_retirements_per_pass": env.max_retirements_per_pass,
-        "workspace_root": env.workspace_root,
-    }
-
-
 @transaction.atomic
 def edit_policy(
     environment_id,
@@ -325,12 +316,12 @@ def edit_policy(
     if retirement_mode not in RetirementMode.values:
         raise ActionRefused(f"Unknown retirement mode {retirement_mode!r}.")
     env = Environment.objects.select_for_update().get(pk=environment_id)
-    before = _policy(env)
+    before = env.policy()
     env.retirement_mode = retirement_mode
     env.warm_retention = timedelta(hours=warm_retention_hours)
     env.max_retirements_per_pass = max_retirements_per_pass
     env.workspace_root = workspace_root
-    after = _policy(env)
+    after = env.policy()
     if after == before:
         raise ActionRefused("Nothing changed.")
     env.save(update_fields=[*POLICY_FIELDS, "updated_at"])

@@ -1,7 +1,5 @@
 """POST /api/v1/events — Paperclip runtimes push their rows here (DOMAIN §4.1)."""
 
-import json
-
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
@@ -10,6 +8,7 @@ from django.views.decorators.http import require_POST
 
 from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.ingest.apply import BatchRejected
+from sandboxes.ingest.schemas import decode_json
 from sandboxes.models.choices import TokenScope
 
 from .auth import token_required
@@ -41,7 +40,7 @@ def events(request):
     if len(body) > settings.INGEST_MAX_BYTES:
         return _error(413, f"body is larger than {settings.INGEST_MAX_BYTES} bytes")
     try:
-        payload = json.loads(body)
+        payload = decode_json(body)
     except (ValueError, UnicodeDecodeError) as exc:
         return _error(400, f"body is not valid JSON: {exc}")
 
@@ -53,7 +52,7 @@ def events(request):
     if errors:
         return JsonResponse({"errors": [e.as_dict() for e in errors]}, status=400)
     try:
-        result = apply_events(f"token:{request.api_token.pk}", batch)
+        result = apply_events(f"token:{request.api_token.pk}", batch, actor=request.api_token)
     except BatchRejected as rejected:
         return JsonResponse({"errors": [e.as_dict() for e in rejected.errors]}, status=400)
     return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from django.db import IntegrityError, connection, models, transaction
 
+from sandboxes import audit
 from sandboxes.models import (
     Environment,
     EnvironmentLease,
@@ -57,60 +58,89 @@ class BatchRejected(Exception):
         self.errors = errors
 
 
+def _values(row: models.Model) -> dict[str, object]:
+    return {f.attname: getattr(row, f.attname) for f in type(row)._meta.concrete_fields}
+
+
 class _UnitOfWork:
     def __init__(self):
         self.rows: dict[type, dict[UUID, models.Model]] = defaultdict(dict)
+        # What each row looked like when loaded (or as a fresh placeholder), so
+        # only the columns the batch changed are written back.
+        self.baseline: dict[tuple[type, UUID], dict[str, object]] = {}
         self.new: dict[type, set[UUID]] = defaultdict(set)
         self.dirty: dict[type, set[UUID]] = defaultdict(set)
         self.receipts: list[Receipt] = []
+        self.errors: list[EventError] = []
+        # (environment, policy before) for every environment a batch upserts.
+        self.policies: dict[UUID, tuple[Environment, dict | None]] = {}
 
     def load(self, wanted: dict[type, set[UUID]]) -> None:
         lock = connection.features.has_select_for_update
         for model, ids in wanted.items():
-            if model in (LeaseIntent, PendingExport, RecoveryAction) and not ids:
+            if not ids:
                 continue
             qs = model.objects.filter(pk__in=ids)
             if lock:
                 qs = qs.select_for_update()
-            self.rows[model].update({row.pk: row for row in qs})
+            for row in qs:
+                self.rows[model][row.pk] = row
+                self.baseline[(model, row.pk)] = _values(row)
 
-    def get(self, model, pk: UUID, *, for_upsert: bool = False) -> models.Model:
+    def get(self, model, pk: UUID) -> models.Model:
         """The row with this id; a placeholder if the batch or database has none."""
         row = self.rows[model].get(pk)
         if row is None:
             row = model.placeholder_for(pk)
             self.rows[model][pk] = row
+            self.baseline[(model, pk)] = _values(row)
             self.new[model].add(pk)
-        if for_upsert:
-            row.placeholder = False
-            self.dirty[model].add(pk)
+        return row
+
+    def upsert(self, model, pk: UUID, event: Event) -> models.Model | None:
+        """The row an upsert event changes, or None when the row already holds a
+        newer state from the source (events may arrive out of order)."""
+        row = self.get(model, pk)
+        if row.source_updated_at is not None and row.source_updated_at > event.occurred_at:
+            return None
+        row.placeholder = False
+        row.source_updated_at = event.occurred_at
+        self.dirty[model].add(pk)
         return row
 
     def peek(self, model, pk: UUID):
         return self.rows[model].get(pk)
 
-    def touch(self, model, pk: UUID) -> None:
-        self.dirty[model].add(pk)
-
     def flush(self) -> None:
-        for model in list(self.rows):
-            changed = [self.rows[model][pk] for pk in self.dirty[model] | self.new[model]]
-            if not changed:
-                continue
-            fields = [
-                f.name
-                for f in model._meta.concrete_fields
-                if not f.primary_key and f.name != "created_at"
-            ]
-            # Upsert: a concurrent batch may have inserted the same id since we
-            # looked; last writer wins, which is what "upserted" means.
-            model.objects.bulk_create(
-                changed,
-                batch_size=500,
-                update_conflicts=True,
-                unique_fields=["id"],
-                update_fields=fields,
-            )
+        for model, rows in self.rows.items():
+            # Rows only named by this batch: insert if still missing, never
+            # overwrite — a concurrent batch may be inserting the real row.
+            named = [rows[pk] for pk in self.new[model] - self.dirty[model]]
+            if named:
+                model.objects.bulk_create(named, batch_size=500, ignore_conflicts=True)
+            by_columns: dict[tuple[str, ...], list[models.Model]] = defaultdict(list)
+            for pk in self.dirty[model]:
+                row = rows[pk]
+                before = self.baseline[(model, pk)]
+                changed = tuple(
+                    sorted(
+                        f.name
+                        for f in model._meta.concrete_fields
+                        if not f.primary_key and before[f.attname] != getattr(row, f.attname)
+                    )
+                )
+                if changed:
+                    by_columns[changed].append(row)
+            for columns, group in by_columns.items():
+                # Upsert only the columns the events set: a concurrent batch may
+                # have inserted this id meanwhile, and its other columns stay.
+                model.objects.bulk_create(
+                    group,
+                    batch_size=500,
+                    update_conflicts=True,
+                    unique_fields=["id"],
+                    update_fields=[*columns, "updated_at"],
+                )
         if self.receipts:
             Receipt.objects.bulk_create(self.receipts, batch_size=500, ignore_conflicts=True)
 
@@ -126,7 +156,15 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
     d = event.data
     match d:
         case s.EnvironmentUpserted():
-            env = uow.get(Environment, d.environment_id, for_upsert=True)
+            env = uow.upsert(Environment, d.environment_id, event)
+            if env is None:
+                return
+            if env.pk not in uow.policies:
+                known = (
+                    env.pk not in uow.new[Environment]
+                    and not uow.baseline[(Environment, env.pk)]["placeholder"]
+                )
+                uow.policies[env.pk] = (env, env.policy() if known else None)
             env.name, env.provider = d.name, d.provider
             _assign(
                 env,
@@ -149,7 +187,9 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
                 if getattr(env, field) is None:
                     setattr(env, field, Environment._meta.get_field(field).get_default())
         case s.IssueUpserted():
-            issue = uow.get(Issue, d.issue_id, for_upsert=True)
+            issue = uow.upsert(Issue, d.issue_id, event)
+            if issue is None:
+                return
             issue.status = d.status
             _assign(issue, d, {"key": "key", "title": "title"})
             issue.key = issue.key or ""
@@ -161,7 +201,9 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
                     else None
                 )
         case s.WorkspaceUpserted():
-            ws = uow.get(ExecutionWorkspace, d.workspace_id, for_upsert=True)
+            ws = uow.upsert(ExecutionWorkspace, d.workspace_id, event)
+            if ws is None:
+                return
             ws.issue = uow.get(Issue, d.issue_id)
             ws.save_state = d.save_state
             _assign(ws, d, {"saved_at": "saved_at", "final_checkpoint_at": "final_checkpoint_at"})
@@ -170,12 +212,16 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
             if "writer_run_id" in d.model_fields_set:
                 ws.writer_run = uow.get(HeartbeatRun, d.writer_run_id) if d.writer_run_id else None
         case s.RunUpserted():
-            run = uow.get(HeartbeatRun, d.run_id, for_upsert=True)
+            run = uow.upsert(HeartbeatRun, d.run_id, event)
+            if run is None:
+                return
             run.issue = uow.get(Issue, d.issue_id)
             run.status = d.status
             _assign(run, d, {"started_at": "started_at", "finished_at": "finished_at"})
         case s.LeaseUpserted():
-            lease = uow.get(EnvironmentLease, d.lease_id, for_upsert=True)
+            lease = uow.upsert(EnvironmentLease, d.lease_id, event)
+            if lease is None:
+                return
             lease.environment = uow.get(Environment, d.environment_id)
             for field in ("provider", "provider_lease_id", "status", "lease_policy", "acquired_at"):
                 setattr(lease, field, getattr(d, field))
@@ -203,16 +249,30 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
             if "metadata" in d.model_fields_set:
                 lease.metadata = d.metadata or {}
         case s.LeaseReleased():
-            lease = uow.get(EnvironmentLease, d.lease_id)
+            # A release is an upsert of the lease's status: a late one that is
+            # older than what the source said since is ignored.
+            lease = uow.upsert(EnvironmentLease, d.lease_id, event)
+            if lease is None:
+                return
             run = uow.peek(HeartbeatRun, lease.heartbeat_run_id) if lease.heartbeat_run_id else None
             run_status = None if run is None or run.placeholder else run.status
             lease.disposition, lease.status = release_outcome(
                 d.disposition, run_status, lease.lease_policy
             )
             lease.released_at = event.occurred_at
-            uow.touch(EnvironmentLease, lease.pk)
         case s.ReceiptRecorded():
             lease = uow.get(EnvironmentLease, d.lease_id)
+            if not lease.placeholder and lease.provider_lease_id != d.provider_lease_id:
+                # A receipt is proof for exactly this lease's sandbox (DOMAIN §1).
+                uow.errors.append(
+                    EventError(
+                        event.index,
+                        "data.provider_lease_id",
+                        f"the lease's sandbox is {lease.provider_lease_id!r}, "
+                        f"not {d.provider_lease_id!r}",
+                    )
+                )
+                return
             run = uow.get(HeartbeatRun, d.run_id)
             kind = ReceiptKind(d.kind)
             state = d.state or TerminationState.STOPPED
@@ -231,16 +291,22 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
                 )
             )
         case s.IntentUpserted():
-            intent = uow.get(LeaseIntent, d.intent_id, for_upsert=True)
+            intent = uow.upsert(LeaseIntent, d.intent_id, event)
+            if intent is None:
+                return
             intent.lease = uow.get(EnvironmentLease, d.lease_id)
             intent.kind, intent.state = d.kind, d.state
             intent.request_id = intent.request_id or event.id
         case s.ExportUpserted():
-            export = uow.get(PendingExport, d.export_id, for_upsert=True)
+            export = uow.upsert(PendingExport, d.export_id, event)
+            if export is None:
+                return
             export.lease = uow.get(EnvironmentLease, d.lease_id)
             export.state = d.state
         case s.RecoveryActionUpserted():
-            action = uow.get(RecoveryAction, d.action_id, for_upsert=True)
+            action = uow.upsert(RecoveryAction, d.action_id, event)
+            if action is None:
+                return
             action.source_issue = uow.get(Issue, d.issue_id)
             action.kind, action.status = d.kind, d.status
             if "outcome" in d.model_fields_set:
@@ -293,21 +359,36 @@ def _check_references(uow: _UnitOfWork, events: list[Event]) -> list[EventError]
     return errors
 
 
-def apply_events(source: str, events: list[Event]) -> BatchResult:
+def _audit_policy_changes(uow: _UnitOfWork, actor) -> None:
+    """Retirement policy is the console's: a runtime changing it leaves an audit row."""
+    for env, before in uow.policies.values():
+        after = env.policy()
+        if before is not None and after != before:
+            audit.record(
+                actor=actor,
+                action="environment.policy",
+                obj=env,
+                reason="environment.upserted from a Paperclip runtime",
+                before=before,
+                after=after,
+            )
+
+
+def apply_events(source: str, events: list[Event], *, actor=None) -> BatchResult:
     """Apply a validated batch all-or-nothing; a repeated event id is a no-op.
 
     Raises BatchRejected (and changes nothing) if an event names something
     the batch cannot apply.
     """
     try:
-        return _apply_batch(source, events)
+        return _apply_batch(source, events, actor)
     except IntegrityError:
         # Another request recorded one of these event ids at the same moment;
         # once more, and those ids count as duplicates.
-        return _apply_batch(source, events)
+        return _apply_batch(source, events, actor)
 
 
-def _apply_batch(source: str, events: list[Event]) -> BatchResult:
+def _apply_batch(source: str, events: list[Event], actor) -> BatchResult:
     with transaction.atomic():
         ids = [e.id for e in events]
         seen = set(
@@ -333,7 +414,10 @@ def _apply_batch(source: str, events: list[Event]) -> BatchResult:
 
         for event in fresh:
             _apply(uow, event)
+        if uow.errors:
+            raise BatchRejected(uow.errors)
         uow.flush()
+        _audit_policy_changes(uow, actor)
         IngestedEvent.objects.bulk_create(
             [IngestedEvent(source=source, event_id=e.id, type=e.type) for e in fresh],
             batch_size=1000,

@@ -1,6 +1,8 @@
 """Payload schemas for every ingest event type, and batch validation that
 names every bad field as (index, path, message)."""
 
+import json
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -228,6 +230,23 @@ def _errors(index: int, prefix: tuple, exc: ValidationError) -> list[EventError]
         message = err["msg"].removeprefix("Value error, ")
         out.append(EventError(index, path, message))
     return out
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
+def decode_json(raw: bytes | str) -> Any:
+    """json.loads without Python's extensions: NaN, Infinity and numbers that
+    overflow to infinity are refused (jsonb cannot store them)."""
+    return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def _unstorable_paths(value: Any, path: str = ""):

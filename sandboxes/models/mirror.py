@@ -36,6 +36,12 @@ class MirroredModel(models.Model):
     placeholder = models.BooleanField(
         default=False, help_text="Named by an event before its own upsert arrived."
     )
+    source_updated_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the source last changed this row (event occurred_at or the "
+        "mirrored updated_at); an older upsert arriving late is ignored.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -99,6 +105,15 @@ class Environment(MirroredModel):
 
     def __str__(self):
         return self.name
+
+    def policy(self) -> dict:
+        """The console's policy for this environment, as audit rows record it."""
+        return {
+            "retirement_mode": self.retirement_mode,
+            "warm_retention_hours": self.warm_retention.total_seconds() / 3600,
+            "max_retirements_per_pass": self.max_retirements_per_pass,
+            "workspace_root": self.workspace_root,
+        }
 
 
 class Issue(MirroredModel):

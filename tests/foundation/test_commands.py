@@ -107,3 +107,14 @@ def test_load_events_refuses_text_postgres_cannot_store(tmp_path):
     with pytest.raises(CommandError, match=r"line 2: data.title"):
         call_command("load_events", write_lines(tmp_path, events))
     assert m.Environment.objects.count() == 0
+
+
+def test_load_events_refuses_nan(tmp_path):
+    _, events = graph()
+    path = tmp_path / "events.jsonl"
+    path.write_text(
+        json.dumps(events[0]) + "\n" + json.dumps(events[1]).replace('"A task"', "NaN") + "\n"
+    )
+    with pytest.raises(CommandError, match="line 2: not valid JSON"):
+        call_command("load_events", str(path))
+    assert m.Environment.objects.count() == 0

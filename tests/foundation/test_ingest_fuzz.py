@@ -48,7 +48,7 @@ bad_time = st.one_of(
     st.sampled_from(["yesterday", "2026-11-01T00:00:00", "2026-13-40T99:00:00Z", ""]),
     st.integers(),
     st.none(),
-    st.floats(allow_nan=False),
+    st.floats(),
 )
 bad_text = st.one_of(st.just(""), st.text(min_size=201, max_size=260), st.integers(), st.none())
 REQUIRED = {
@@ -129,7 +129,7 @@ def malformed_batches(draw):
 
 
 random_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
     lambda children: (
         st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
     ),

@@ -1,11 +1,10 @@
-import json
-
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.ingest.apply import BatchRejected
+from sandboxes.ingest.schemas import decode_json
 
 
 class Command(BaseCommand):
@@ -28,7 +27,7 @@ class Command(BaseCommand):
                     if not line.strip():
                         continue
                     try:
-                        raw_events.append((lineno, json.loads(line)))
+                        raw_events.append((lineno, decode_json(line)))
                     except ValueError as exc:
                         errors.append(f"line {lineno}: not valid JSON: {exc}")
         except OSError as exc:
