@@ -101,6 +101,14 @@ def _filename(ext: str) -> str:
     return f"audit-{timezone.now():%Y%m%d-%H%M%S}.{ext}"
 
 
+def _spreadsheet_safe(value):
+    """Reasons and ids are free text: a cell starting with = + - @ would run as a
+    formula when a reviewer opens the export in a spreadsheet."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 @console_view
 @require_GET
 def export_csv(request):
@@ -113,7 +121,9 @@ def export_csv(request):
             row = _row(event)
             yield writer.writerow(
                 [
-                    json.dumps(row[f], sort_keys=True) if f in ("before", "after") else row[f]
+                    json.dumps(row[f], sort_keys=True)
+                    if f in ("before", "after")
+                    else _spreadsheet_safe(row[f])
                     for f in EXPORT_FIELDS
                 ]
             )

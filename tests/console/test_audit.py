@@ -110,3 +110,22 @@ def test_it_runs_a_bounded_number_of_queries(as_reviewer, django_assert_max_num_
     build_fleet(size)
     with django_assert_max_num_queries(12):
         assert as_reviewer.get(reverse("audit")).status_code == 200
+
+
+def test_csv_export_defuses_spreadsheet_formulas(as_reviewer, db):
+    AuditEventFactory(
+        actor_label="mallory",
+        action="retirement.hold",
+        sandbox_id="sbx-9",
+        reason='=HYPERLINK("http://evil","x")',
+    )
+    AuditEventFactory(
+        actor_label="mallory",
+        action="retirement.retry",
+        sandbox_id="sbx-9",
+        reason="- minus is fine as text",
+    )
+    response = as_reviewer.get(reverse("audit-export-csv"))
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    reasons = sorted(r["reason"] for r in rows)
+    assert reasons == ["'- minus is fine as text", '\'=HYPERLINK("http://evil","x")']
