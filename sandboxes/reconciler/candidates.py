@@ -24,6 +24,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.lookups import IsNull
 
 from sandboxes.models import (
     EnvironmentLease,
@@ -63,10 +64,16 @@ def _same_sandbox():
 
 
 def _newer_row():
-    # Ties on acquired_at are broken by id so exactly one row is the newest.
+    """Another row on the same sandbox that is newer, or whose order against this
+    row is unknown. Ties on acquired_at are broken by id so exactly one row is the
+    newest. A NULL acquired_at on either side compares as unknown in SQL, which
+    `>` alone reads as "not newer": the row would be judged although it may be
+    the older one. When the order is unknown the row is not judged (`newer_lease`)."""
     return _same_sandbox().filter(
         Q(acquired_at__gt=OuterRef("acquired_at"))
         | Q(acquired_at=OuterRef("acquired_at"), pk__gt=OuterRef("pk"))
+        | Q(acquired_at__isnull=True)
+        | IsNull(OuterRef("acquired_at"), True)
     )
 
 

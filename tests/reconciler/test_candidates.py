@@ -5,7 +5,7 @@ import pytest
 from django.utils import timezone
 
 from sandboxes import models as m
-from sandboxes.reconciler.candidates import list_candidates
+from sandboxes.reconciler.candidates import judge_leases, list_candidates
 from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
 from tests import factories as f
 
@@ -189,3 +189,41 @@ def test_a_lease_with_a_retired_record_is_never_listed_again():
     # The mirror replays an old row: the destroyed sandbox's lease looks kept again.
     sync_retirements()
     assert m.Retirement.objects.filter(lease=lease).count() == 1
+
+
+# --- newest row per sandbox when a row has no acquired_at (review finding 2) --------------
+
+
+def test_a_row_without_acquired_at_on_the_same_sandbox_holds_the_dated_row():
+    old = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+    f.stop_receipt(old)
+    # A newer row (from the mirror, say) that cannot be dated: released and bound
+    # to its task's workspace, so the task can resume the sandbox.
+    f.EnvironmentLeaseFactory(
+        provider_lease_id=old.provider_lease_id,
+        environment=old.environment,
+        status=m.LeaseStatus.RELEASED,
+        acquired_at=None,
+    )
+    assert old.provider_lease_id not in kinds()
+    assert judge_leases([old.pk])[old.pk].facts.newer_lease is True
+
+
+def test_an_undated_row_is_not_judged_against_a_dated_row_on_its_sandbox():
+    undated = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED, acquired_at=None)
+    f.stop_receipt(undated)
+    f.EnvironmentLeaseFactory(
+        provider_lease_id=undated.provider_lease_id,
+        environment=undated.environment,
+        status=m.LeaseStatus.RELEASED,
+    )
+    assert undated.provider_lease_id not in kinds()
+    assert judge_leases([undated.pk])[undated.pk].facts.newer_lease is True
+
+
+def test_the_only_row_of_a_sandbox_without_acquired_at_is_held_unknown_age():
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED, acquired_at=None)
+    f.stop_receipt(lease)
+    [e] = evaluate_fleet()
+    assert e.candidate.lease_id == lease.pk
+    assert e.holds == ["unknown_age"]
