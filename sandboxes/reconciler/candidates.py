@@ -78,8 +78,13 @@ def _newer_row():
 
 
 def _stop_receipt():
-    """A confirmed stop for exactly this lease and its run (DOMAIN §2.1)."""
-    return Receipt.objects.filter(lease=OuterRef("pk"), run=OuterRef("heartbeat_run_id")).filter(
+    """A confirmed stop for exactly this lease, its run and its sandbox (DOMAIN §2.1):
+    a receipt naming another sandbox proves nothing about this one."""
+    return Receipt.objects.filter(
+        lease=OuterRef("pk"),
+        run=OuterRef("heartbeat_run_id"),
+        provider_lease_id=OuterRef("provider_lease_id"),
+    ).filter(
         Q(kind=ReceiptKind.TERMINATION, state=TerminationState.STOPPED)
         | Q(kind=ReceiptKind.STOP_AND_RETAIN)
     )

@@ -227,3 +227,27 @@ def test_the_only_row_of_a_sandbox_without_acquired_at_is_held_unknown_age():
     [e] = evaluate_fleet()
     assert e.candidate.lease_id == lease.pk
     assert e.holds == ["unknown_age"]
+
+
+# --- the stop receipt must be for this lease, run and sandbox (review finding 3) ----------
+
+
+def _holds_of(lease):
+    return {e.candidate.lease_id: e.holds for e in evaluate_fleet()}[lease.pk]
+
+
+def test_a_stop_receipt_naming_another_sandbox_is_no_stop_receipt():
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+    f.stop_receipt(lease, provider_lease_id="some-other-sandbox")
+    assert "no_stop_receipt" in _holds_of(lease)
+    f.stop_receipt(lease)
+    assert "no_stop_receipt" not in _holds_of(lease)
+
+
+def test_a_stop_receipt_on_an_earlier_run_of_the_lease_is_no_stop_receipt():
+    lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+    earlier = f.HeartbeatRunFactory(issue=lease.issue, status=m.RunStatus.SUCCEEDED)
+    f.stop_receipt(lease, run=earlier)
+    assert "no_stop_receipt" in _holds_of(lease)
+    f.stop_receipt(lease)
+    assert "no_stop_receipt" not in _holds_of(lease)
