@@ -280,6 +280,16 @@ def _wait(r: Retirement, stage: str, next_attempt_at=None) -> None:
     r.save()
 
 
+def _wait_for_cap(r: Retirement, started: bool, base: dict, now) -> Plan | None:
+    """The blast-radius cap is reached for this pass: the record waits for the next
+    pass, after the sandbox the console started for it is stopped again (§2.3)."""
+    if started:
+        r.save()
+        return Plan("stop_before_wait", **base)
+    _wait(r, r.stage, next_attempt_at=now)
+    return None
+
+
 def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
     """Under the row lock: re-check the predicate and holds, and decide the next step.
     Returns None when the record now waits or is closed."""
@@ -327,11 +337,14 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
                 _wait(r, Stage.AWAITING_APPROVAL)
                 return None
             if not worker.under_cap(env):
-                _wait(r, r.stage, next_attempt_at=now)  # next pass: blast-radius cap
-                return None
+                return _wait_for_cap(r, started, base, now)
             r.stage = Stage.RETIRING
             r.save()
             return Plan("retire", **base)
+
+        if not worker.under_cap(env):
+            # The cap is reached: start nothing this pass that could not be retired.
+            return _wait_for_cap(r, started, base, now)
 
         lease = r.lease
         root = workspace_root(lease, env)

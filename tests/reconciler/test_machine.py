@@ -512,3 +512,41 @@ def test_a_sandbox_started_for_compare_is_stopped_when_a_hold_appears(warm, loca
     assert not r.started_for_salvage
     assert local.inner.get(lease.provider_lease_id).state == "stopped"
     assert local.count("destroy") == 0
+
+
+# --- the blast-radius cap never leaves a sandbox started (review finding 1) ----------------
+
+
+def test_the_cap_starts_nothing_more_and_leaves_no_sandbox_started(warm, local, reconcile):
+    env = f.EnvironmentFactory(max_retirements_per_pass=1)
+    leases = [abandoned(warm, env=env) for _ in range(4)]
+    first = reconcile()
+    assert first.retired == 1
+    states = {
+        lease.provider_lease_id: local.inner.get(lease.provider_lease_id).state for lease in leases
+    }
+    assert "started" not in states.values(), states
+    assert local.count("start") == 1  # only the sandbox that could be retired was inspected
+    assert not m.Retirement.objects.filter(started_for_salvage=True).exists()
+    for _ in range(3):
+        reconcile()
+    assert {retirement_of(lease).stage for lease in leases} == {m.Stage.RETIRED}
+
+
+def test_a_record_started_for_salvage_is_stopped_when_the_cap_stops_its_retire(warm, local):
+    env = f.EnvironmentFactory(max_retirements_per_pass=1)
+    lease = abandoned(warm, env=env)
+    sync_retirements()
+    r = retirement_of(lease)
+    _compare(r, clean=True)
+    local.inner.start(lease.provider_lease_id)  # a worker started it for the compare
+    m.Retirement.objects.filter(pk=r.pk).update(
+        stage=m.Stage.RETIRING, started_for_salvage=True, next_attempt_at=timezone.now()
+    )
+    worker = machine.Worker(provider_for=lambda e: local)
+    worker.retired_by_env[env.pk] = 1  # the cap is reached in this pass
+    machine.advance(r.pk, _claim(r), worker)
+    r.refresh_from_db()
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    assert not r.started_for_salvage and r.stage == m.Stage.RETIRING
+    assert r.next_attempt_at is not None and local.count("destroy") == 0
