@@ -311,15 +311,22 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             return None
 
         blocking = _refresh_holds(r, cand, now)
+        # A sandbox the console started for salvage is stopped before its record
+        # waits, in every mode: observe forbids starts and destroys, and a stop
+        # only puts back the state the console found (§2.3).
         if blocking:
-            if started and env.retirement_mode != RetirementMode.OBSERVE:
+            if started:
                 r.save()
                 return Plan("stop_before_wait", **base)
             _wait(r, Stage.HELD)
             return None
 
         if env.retirement_mode == RetirementMode.OBSERVE:
-            # Observe: list and explain only; never a provider call beyond reads.
+            # Observe: list and explain only; never a provider call beyond reads
+            # (and the stop above of a sandbox started before the switch).
+            if started:
+                r.save()
+                return Plan("stop_before_wait", **base)
             _wait(r, Stage.LISTED)
             return None
 

@@ -550,3 +550,55 @@ def test_a_record_started_for_salvage_is_stopped_when_the_cap_stops_its_retire(w
     assert local.inner.get(lease.provider_lease_id).state == "stopped"
     assert not r.started_for_salvage and r.stage == m.Stage.RETIRING
     assert r.next_attempt_at is not None and local.count("destroy") == 0
+
+
+# --- observe mode (review findings 7 and 10a) ---------------------------------------------
+
+
+def _switch_to_observe(lease):
+    m.Environment.objects.filter(pk=lease.environment_id).update(
+        retirement_mode=m.RetirementMode.OBSERVE
+    )
+
+
+def test_a_due_record_in_an_environment_switched_to_observe_calls_no_provider(
+    warm, local, reconcile
+):
+    lease = abandoned(warm)
+    sync_retirements()
+    r = retirement_of(lease)
+    m.Retirement.objects.filter(pk=r.pk).update(
+        stage=m.Stage.FAILED, attempts=2, next_attempt_at=timezone.now()
+    )
+    _switch_to_observe(lease)
+    reconcile()
+    r.refresh_from_db()
+    assert local.calls == []
+    assert r.stage == m.Stage.LISTED and r.next_attempt_at is None
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["clear", "held"])
+def test_observe_stops_a_sandbox_started_for_salvage_before_the_switch(
+    held, warm, local, reconcile
+):
+    lease = abandoned(warm)
+    sync_retirements()
+    r = retirement_of(lease)
+    # A worker started the sandbox for a compare, then the operator switched the
+    # environment to observe (and, in the held case, an export became pending).
+    local.inner.start(lease.provider_lease_id)
+    m.Retirement.objects.filter(pk=r.pk).update(
+        stage=m.Stage.COMPARING, started_for_salvage=True, next_attempt_at=timezone.now()
+    )
+    _switch_to_observe(lease)
+    if held:
+        f.PendingExportFactory(lease=lease)
+    reconcile()
+    r.refresh_from_db()
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    assert not r.started_for_salvage
+    assert r.stage == (m.Stage.HELD if held else m.Stage.LISTED)
+    assert {op for op, _ in local.calls} <= {"get", "stop"} and local.count("stop") == 1
+    stop = r.receipts.get(kind=m.ReceiptKind.TERMINATION)
+    assert stop.state == m.TerminationState.STOPPED
