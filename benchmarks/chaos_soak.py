@@ -30,6 +30,7 @@ def main() -> int:
     env = {**os.environ}
     env.setdefault("DJANGO_SETTINGS_MODULE", "paperclip_console.test_settings")
     totals = {"orphans": 0, "unsafe_destroys": 0, "lost_files": 0, "duplicate_destroys": 0}
+    shortcuts = {"dead_worker_claims_ended": 0, "retry_backoffs_skipped": 0}
     rows, passed_waves, converge = [], 0, []
     started = time.monotonic()
     for i in range(args.waves):
@@ -66,19 +67,28 @@ def main() -> int:
             passed_waves += 1
         if r["time_to_converge_s"] is not None:
             converge.append(r["time_to_converge_s"])
+        for key in shortcuts:
+            shortcuts[key] += r.get("harness_shortcuts", {}).get(key, 0)
+        kills = sorted({k["point"] for k in r["faults"]["k1_kills"]})
         failed = [n for n, s in r["scenarios"].items() if not s["passed"]]
         rows.append(
             f"seed {seed}: {r['scenarios_passed']}/{r['scenarios_total']} scenarios, "
             f"orphans {len(r['orphans'])}, unsafe {len(r['unsafe_destroys'])}, "
             f"lost {len(r['lost_files'])}, duplicates {len(r['duplicate_destroys'])}, "
             f"kept {r['kept']['kept']}/{r['kept']['expected']}, "
-            f"converged in {r['time_to_converge_s']}s, wave {time.monotonic() - t:.0f}s"
+            f"converged in {r['time_to_converge_s']}s, K1 in {'/'.join(kills) or 'none'}, "
+            f"crashed {len(r['workers']['crashed'])}, wave {time.monotonic() - t:.0f}s"
             + (f"; FAILED {failed}" if failed else "")
         )
         print(rows[-1], flush=True)
     print()
     print(f"soak: {passed_waves}/{args.waves} waves passed with every scenario")
     print("totals: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
+    print(
+        "harness shortcuts (not production behaviour): "
+        f"{shortcuts['dead_worker_claims_ended']} dead workers' claims ended early, "
+        f"{shortcuts['retry_backoffs_skipped']} retry backoffs skipped"
+    )
     if converge:
         print(
             f"time to converge: min {min(converge):.1f}s, max {max(converge):.1f}s, "
