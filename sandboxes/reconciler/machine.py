@@ -441,14 +441,15 @@ def _stop(provider, sandbox_id: str) -> Confirmation | None:
 
 def do_stop_only(plan: Plan, attempt_id, worker: Worker) -> None:
     """Stop, confirm, receipt, lease → released (or the release rule's status). Never destroys."""
-    conf = _stop(worker.provider(plan.environment), plan.sandbox_id)
+    provider = worker.provider(plan.environment)
+    conf = _stop(provider, plan.sandbox_id)
     checkpoint("stop_only:after_stop")
+    if conf is None:
+        _close_gone(plan, attempt_id, _gone(provider, plan.sandbox_id))
+        return
     now = timezone.now()
     with fenced(plan.retirement_id, attempt_id) as r:
         lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
-        if conf is None:
-            _close(r, Stage.DISMISSED, "the sandbox is already gone at the provider", now)
-            return
         _stop_receipts(r, conf, retain=True)
         # Issue 4: a stop-only step leaves the lease `released` (stopped and kept),
         # for the seed 002 correction too, so a retry on the same workspace can
@@ -494,25 +495,62 @@ def _mark_started(retirement_id, attempt_id) -> None:
         r.save(update_fields=["started_for_salvage", "updated_at"])
 
 
-def _ensure_started(plan: Plan, attempt_id, provider) -> bool:
-    """Start the sandbox for file access; False when it is gone. The flag is
-    written before the start so a crash still leaves someone to stop it."""
+def _gone(provider, sandbox_id: str) -> Confirmation:
+    """A read found the sandbox destroyed: the confirmation that read gives."""
+    return Confirmation(
+        sandbox_id=sandbox_id,
+        state=SandboxState.DESTROYED,
+        confirmed_at=timezone.now(),
+        request_id=uuid.uuid4().hex,
+        operation="get",
+        provider=getattr(provider, "name", ""),
+    )
+
+
+def _close_gone(plan: Plan, attempt_id, conf: Confirmation) -> None:
+    """The sandbox is already gone at the provider (a read says so): record that
+    once - a termination receipt `destroyed`, lease → expired with cleanup
+    success - and dismiss the record (we destroyed nothing). The lease is no
+    candidate any more, so later passes do not list the sandbox again."""
+    now = timezone.now()
+    with fenced(plan.retirement_id, attempt_id) as r:
+        _receipt(
+            r,
+            ReceiptKind.TERMINATION,
+            request_id=conf.request_id,
+            payload=conf.as_payload() | {"by": "console", "found": "already gone"},
+            state=TerminationState.DESTROYED,
+            at=conf.confirmed_at,
+        )
+        lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
+        lease.status = LeaseStatus.EXPIRED
+        lease.cleanup_status = CleanupStatus.SUCCESS
+        lease.save(update_fields=["status", "cleanup_status", "updated_at"])
+        _succeeded(r)
+        r.started_for_salvage = False
+        r.provider_state = str(SandboxState.DESTROYED)
+        r.provider_state_at = conf.confirmed_at
+        _close(r, Stage.DISMISSED, "already gone at the provider", now)
+
+
+def _ensure_started(plan: Plan, attempt_id, provider) -> Confirmation | None:
+    """Start the sandbox for file access. Returns None when it is running, or the
+    read's confirmation when it is gone. The flag is written before the start so
+    a crash still leaves someone to stop it."""
     info = provider.get(plan.sandbox_id)
     if info.state == SandboxState.DESTROYED:
-        return False
+        return _gone(provider, plan.sandbox_id)
     if info.state != SandboxState.STARTED:
         _mark_started(plan.retirement_id, attempt_id)
         provider.start(plan.sandbox_id)
-    return True
+    return None
 
 
 def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
     provider = worker.provider(plan.environment)
-    alive = _ensure_started(plan, attempt_id, provider)
-    now = timezone.now()
-    if not alive:
-        with fenced(plan.retirement_id, attempt_id) as r:
-            _close(r, Stage.DISMISSED, "the sandbox is already gone at the provider", now)
+    gone = _ensure_started(plan, attempt_id, provider)
+    if gone is not None:
+        _close_gone(plan, attempt_id, gone)
         return
     digests = provider.hash_files(plan.sandbox_id, plan.root)
     diff = salvage.diff_against_manifest(digests, plan.manifest)
@@ -533,11 +571,9 @@ def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
 
 def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
     provider = worker.provider(plan.environment)
-    if not _ensure_started(plan, attempt_id, provider):
-        with fenced(plan.retirement_id, attempt_id) as r:
-            _close(
-                r, Stage.DISMISSED, "the sandbox is already gone at the provider", timezone.now()
-            )
+    gone = _ensure_started(plan, attempt_id, provider)
+    if gone is not None:
+        _close_gone(plan, attempt_id, gone)
         return
     try:
         opened = provider.open_files(plan.sandbox_id, plan.root, sorted(plan.export_files))

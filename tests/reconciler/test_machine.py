@@ -602,3 +602,63 @@ def test_observe_stops_a_sandbox_started_for_salvage_before_the_switch(
     assert {op for op, _ in local.calls} <= {"get", "stop"} and local.count("stop") == 1
     stop = r.receipts.get(kind=m.ReceiptKind.TERMINATION)
     assert stop.state == m.TerminationState.STOPPED
+
+
+# --- a sandbox already gone is recorded once (review finding 4) ---------------------------
+
+
+def test_a_sandbox_already_gone_is_recorded_once_and_not_relisted(warm, local, reconcile):
+    lease = abandoned(warm)
+    local.inner.destroy(lease.provider_lease_id)  # gone before the console got to it
+    for _ in range(3):
+        reconcile()
+    [r] = m.Retirement.objects.filter(provider_lease_id=lease.provider_lease_id)
+    assert r.stage == m.Stage.DISMISSED and r.closed_reason == "already gone at the provider"
+    lease.refresh_from_db()
+    assert lease.status == m.LeaseStatus.EXPIRED
+    assert lease.cleanup_status == m.CleanupStatus.SUCCESS
+    [gone] = r.receipts.filter(kind=m.ReceiptKind.TERMINATION)
+    assert gone.state == m.TerminationState.DESTROYED
+    assert gone.schema == m.RECEIPT_SCHEMAS[m.ReceiptKind.TERMINATION]
+    assert gone.payload["operation"] == "get" and gone.payload["state"] == "destroyed"
+    assert m.AuditEvent.objects.filter(sandbox_id=lease.provider_lease_id).count() == 1
+    assert local.count("destroy") == 0 and local.count("start") == 0
+
+
+def test_a_sandbox_gone_before_its_export_is_recorded_once(warm, local, monkeypatch):
+    lease = abandoned(warm, files=UNSAVED)
+    sync_retirements()
+    real = machine.do_compare
+
+    def compare_then_vanish(plan, attempt_id, worker):
+        real(plan, attempt_id, worker)
+        local.inner.destroy(plan.sandbox_id)
+
+    monkeypatch.setitem(machine.STEPS, "compare", compare_then_vanish)
+    from sandboxes.reconciler.passes import run_pass
+
+    run_pass(provider_for=lambda env: local)
+    monkeypatch.undo()
+    run_pass(provider_for=lambda env: local)
+    [r] = m.Retirement.objects.filter(provider_lease_id=lease.provider_lease_id)
+    assert r.stage == m.Stage.DISMISSED and not r.started_for_salvage
+    lease.refresh_from_db()
+    assert lease.status == m.LeaseStatus.EXPIRED
+
+
+def test_a_stop_only_sandbox_already_gone_is_recorded_once(warm, local, reconcile):
+    lease = warm(
+        status=m.LeaseStatus.RETAINED,
+        disposition=m.Disposition.KEEP_RUNNING,
+        heartbeat_run__status=m.RunStatus.FAILED,
+        receipt=False,
+        stopped=False,
+    )
+    local.inner.destroy(lease.provider_lease_id)
+    for _ in range(3):
+        reconcile()
+    [r] = m.Retirement.objects.filter(provider_lease_id=lease.provider_lease_id)
+    assert r.stage == m.Stage.DISMISSED
+    lease.refresh_from_db()
+    assert lease.status == m.LeaseStatus.EXPIRED
+    assert local.count("stop") == 0
