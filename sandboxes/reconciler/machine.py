@@ -113,9 +113,15 @@ def checkpoint(name: str) -> None:
     """A named point between steps. Tests replace it to simulate a worker dying."""
 
 
-def default_provider_for(environment: Environment):
+class ProviderMismatch(ProviderError):
+    """The lease names another provider than its environment's settings: calling
+    the environment's provider would act on the wrong sandbox (or none)."""
+
+
+def default_provider_for(environment: Environment, provider_name: str = ""):
+    """The client for a lease's provider with its environment's API settings."""
     return get_provider(
-        environment.provider,
+        provider_name or environment.provider,
         api_url=environment.api_url or None,
         api_key_env=environment.api_key_env or "DAYTONA_API_KEY",
     )
@@ -135,12 +141,25 @@ class Worker:
     failed: int = 0
     _providers: dict = field(default_factory=dict)
 
-    def provider(self, environment: Environment):
-        key = environment.pk
+    def provider(self, environment: Environment, provider_name: str):
+        """The client for the record's (the lease's) provider. Refuses when the
+        environment's provider settings are for another provider."""
+        if provider_name != environment.provider:
+            raise ProviderMismatch(
+                f"the lease's provider {provider_name!r} differs from its environment's "
+                f"provider {environment.provider!r}: refusing every provider call"
+            )
+        key = (environment.pk, provider_name)
         if key not in self._providers:
-            factory = self.provider_for or default_provider_for
-            self._providers[key] = factory(environment)
+            if self.provider_for is not None:
+                self._providers[key] = self.provider_for(environment)
+            else:
+                self._providers[key] = default_provider_for(environment, provider_name)
         return self._providers[key]
+
+    def provider_of(self, plan: Plan):
+        # A plan built without a provider (tests) means the environment's.
+        return self.provider(plan.environment, plan.provider or plan.environment.provider)
 
     def under_cap(self, environment: Environment) -> bool:
         return self.retired_by_env[environment.pk] < environment.max_retirements_per_pass
@@ -227,6 +246,7 @@ class Plan:
     export_files: dict = field(default_factory=dict)
     deleted: list = field(default_factory=list)
     compare_receipt_id: str = ""
+    provider: str = ""  # the record's (the lease's) provider; "": the environment's
 
 
 def workspace_root(lease: EnvironmentLease, environment: Environment) -> str:
@@ -300,7 +320,12 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
         env = r.environment
         cand = judge_lease_locked(r.lease_id)
         started = r.started_for_salvage
-        base = {"retirement_id": r.pk, "environment": env, "sandbox_id": r.provider_lease_id}
+        base = {
+            "retirement_id": r.pk,
+            "environment": env,
+            "sandbox_id": r.provider_lease_id,
+            "provider": r.provider,
+        }
 
         if cand is None or cand.kind is None:
             if started:
@@ -441,7 +466,7 @@ def _stop(provider, sandbox_id: str) -> Confirmation | None:
 
 def do_stop_only(plan: Plan, attempt_id, worker: Worker) -> None:
     """Stop, confirm, receipt, lease → released (or the release rule's status). Never destroys."""
-    provider = worker.provider(plan.environment)
+    provider = worker.provider_of(plan)
     conf = _stop(provider, plan.sandbox_id)
     checkpoint("stop_only:after_stop")
     if conf is None:
@@ -479,7 +504,7 @@ def do_stop_only(plan: Plan, attempt_id, worker: Worker) -> None:
 
 
 def do_stop_before_wait(plan: Plan, attempt_id, worker: Worker) -> None:
-    conf = _stop(worker.provider(plan.environment), plan.sandbox_id)
+    conf = _stop(worker.provider_of(plan), plan.sandbox_id)
     with fenced(plan.retirement_id, attempt_id) as r:
         if conf is not None:
             _stop_receipts(r, conf, retain=False)
@@ -547,7 +572,7 @@ def _ensure_started(plan: Plan, attempt_id, provider) -> Confirmation | None:
 
 
 def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
-    provider = worker.provider(plan.environment)
+    provider = worker.provider_of(plan)
     gone = _ensure_started(plan, attempt_id, provider)
     if gone is not None:
         _close_gone(plan, attempt_id, gone)
@@ -570,7 +595,7 @@ def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
 
 
 def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
-    provider = worker.provider(plan.environment)
+    provider = worker.provider_of(plan)
     gone = _ensure_started(plan, attempt_id, provider)
     if gone is not None:
         _close_gone(plan, attempt_id, gone)
@@ -688,7 +713,7 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
         r.claimed_until = now + timedelta(seconds=CLAIM_SECONDS)
         r.stage = Stage.RETIRING
         r.save()
-    provider = worker.provider(plan.environment)
+    provider = worker.provider_of(plan)
     info = provider.get(plan.sandbox_id)
     if info.state == SandboxState.DESTROYING:
         # A destroy is already under way (a worker died after its DELETE was
@@ -748,7 +773,7 @@ def record_failure(retirement_id, attempt_id, exc: BaseException, worker: Worker
     try:
         r0 = Retirement.objects.select_related("environment").get(pk=retirement_id)
         if r0.started_for_salvage and r0.attempt_id == attempt_id:
-            conf = _stop(worker.provider(r0.environment), r0.provider_lease_id)
+            conf = _stop(worker.provider(r0.environment, r0.provider), r0.provider_lease_id)
             with fenced(retirement_id, attempt_id) as r:
                 if conf is not None:
                     _stop_receipts(r, conf, retain=False)

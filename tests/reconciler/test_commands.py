@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def use_local(local, monkeypatch):
-    monkeypatch.setattr(machine, "default_provider_for", lambda env: local)
+    monkeypatch.setattr(machine, "default_provider_for", lambda env, name="": local)
     return local
 
 

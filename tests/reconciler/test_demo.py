@@ -32,7 +32,7 @@ def test_demo_fleet_covers_every_kind_and_hold_and_retires(local_root, monkeypat
     ids = {s.id for s in sandboxes}
     assert set(m.EnvironmentLease.objects.values_list("provider_lease_id", flat=True)) == ids
 
-    monkeypatch.setattr(machine, "default_provider_for", lambda env: provider)
+    monkeypatch.setattr(machine, "default_provider_for", lambda env, name="": provider)
     run_pass()
     records = m.Retirement.objects.all()
     kinds = set(records.values_list("kind", flat=True))

@@ -662,3 +662,29 @@ def test_a_stop_only_sandbox_already_gone_is_recorded_once(warm, local, reconcil
     lease.refresh_from_db()
     assert lease.status == m.LeaseStatus.EXPIRED
     assert local.count("stop") == 0
+
+
+# --- the lease's provider, never another one (review finding 5) ----------------------------
+
+
+def test_a_lease_on_another_provider_than_its_environment_is_refused(warm, local, reconcile):
+    env = f.EnvironmentFactory(provider=m.ProviderName.LOCAL)
+    lease = abandoned(warm, env=env, provider=m.ProviderName.DAYTONA)
+    reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.FAILED and r.attempts == 1
+    assert "differs from its environment's provider" in r.last_error
+    assert local.calls == []
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+
+
+def test_the_default_client_is_for_the_lease_provider_with_the_environment_settings():
+    from sandboxes.providers.daytona import DaytonaProvider
+
+    env = f.EnvironmentFactory(
+        provider=m.ProviderName.DAYTONA, api_url="http://daytona.test/api", api_key_env="X_KEY"
+    )
+    client = machine.Worker().provider(env, m.ProviderName.DAYTONA)
+    assert isinstance(client, DaytonaProvider) and client.api_url == "http://daytona.test/api"
+    with pytest.raises(machine.ProviderMismatch):
+        machine.Worker().provider(env, m.ProviderName.LOCAL)
