@@ -62,9 +62,23 @@ def run_pass(
     progress: Callable[[str], None] | None = None,
     progress_every: float = 5.0,
 ) -> ReconcilerPass:
-    """Run one pass and return its ReconcilerPass record (counts, errors)."""
+    """Run one pass and return its ReconcilerPass record (counts, errors).
+
+    A dry run writes nothing - not even its pass row - and calls no provider: it
+    returns an unsaved ReconcilerPass whose `would` lists what a pass would list."""
     started = timezone.now()
     env_id = environment.pk if environment is not None else None
+    if dry_run:
+        return _dry_run(
+            ReconcilerPass(
+                started_at=started,
+                dry_run=True,
+                environment_name=environment.name if environment is not None else "",
+                worker=worker or worker_name(),
+            ),
+            env_id,
+            started,
+        )
     record = _db_retry(
         lambda: ReconcilerPass.objects.create(
             started_at=started,
@@ -75,25 +89,27 @@ def run_pass(
         "starting the pass",
     )
     with log_context(pass_id=record.pk):
-        log.info("pass started%s", " (dry run)" if dry_run else "")
-        if dry_run:
-            return _dry_run(record, env_id, started)
+        log.info("pass started")
         return _run(record, env_id, started, provider_for, progress, progress_every)
 
 
 def _dry_run(record: ReconcilerPass, env_id, started) -> ReconcilerPass:
+    """Read-only: list and explain (evaluate_fleet only reads); the record is not saved."""
     evaluated = evaluate_fleet(env_id, now=started)
     by_kind, by_stage = {}, {}
+    record.would = []
     for e in evaluated:
-        by_kind[e.candidate.kind] = by_kind.get(e.candidate.kind, 0) + 1
+        c = e.candidate
+        by_kind[c.kind] = by_kind.get(c.kind, 0) + 1
         stage = "held" if e.blocking else "listed"
         by_stage[stage] = by_stage.get(stage, 0) + 1
+        why = f" ({', '.join(e.blocking)})" if e.blocking else ""
+        record.would.append(f"{c.provider}:{c.provider_lease_id} {c.kind}: {stage}{why}")
     record.candidates = len(evaluated)
     record.counts_by_kind = by_kind
     record.counts_by_stage = by_stage
     record.finished_at = timezone.now()
-    record.save()
-    log.info("dry run: %s candidates", record.candidates)
+    log.info("dry run: %s candidates (nothing written)", record.candidates)
     return record
 
 

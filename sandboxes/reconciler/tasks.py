@@ -14,7 +14,7 @@ def reconcile_pass(environment_name: str | None = None, dry_run: bool = False) -
         environment = Environment.objects.get(name=environment_name)
     record = run_pass(environment=environment, dry_run=dry_run)
     return {
-        "pass": str(record.pk),
+        "pass": None if record.dry_run else str(record.pk),  # a dry run saves no pass
         "candidates": record.candidates,
         "retired": record.retired,
         "failed": record.failed,

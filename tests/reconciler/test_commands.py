@@ -43,8 +43,11 @@ def test_reconcile_dry_run_changes_nothing(warm, use_local):
     warm(status=m.LeaseStatus.FAILED)
     out = io.StringIO()
     call_command("reconcile", "--dry-run", stdout=out)
-    assert out.getvalue().startswith("dry run: ")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("would list local:") and "abandoned_warm: listed" in lines[0]
+    assert lines[1].startswith("dry run: nothing written")
     assert not m.Retirement.objects.exists()
+    assert not m.ReconcilerPass.objects.exists()
     assert use_local.calls == []
 
 

@@ -457,12 +457,26 @@ def test_the_blast_radius_cap_limits_retirements_per_pass(warm, local, reconcile
 
 
 def test_dry_run_writes_nothing_and_calls_nothing(warm, local, reconcile):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     abandoned(warm)
-    abandoned(warm, receipt=False)
-    record = reconcile(dry_run=True)
+    held = abandoned(warm, receipt=False)
+    with CaptureQueriesContext(connection) as queries:
+        record = reconcile(dry_run=True)
     assert record.dry_run and record.candidates == 2
     assert record.counts_by_stage == {"listed": 1, "held": 1}
-    assert not m.Retirement.objects.exists()
+    assert f"{held.provider_lease_id} abandoned_warm: held (no_stop_receipt)" in "\n".join(
+        record.would
+    )
+    writes = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().split()[0].upper() in ("INSERT", "UPDATE", "DELETE")
+    ]
+    assert writes == []
+    assert not m.ReconcilerPass.objects.exists()
+    assert not m.Retirement.objects.exists() and not m.AuditEvent.objects.exists()
     assert local.calls == []
 
 

@@ -56,6 +56,8 @@ class Command(BaseCommand):
                 time.sleep(wait)
                 continue
             failures = 0
+            for line in getattr(record, "would", ()):  # a dry run: what a pass would list
+                self.stdout.write(f"would list {line}")
             self.stdout.write(self._summary(record))
             if once or dry_run:
                 return
@@ -66,9 +68,12 @@ class Command(BaseCommand):
     def _summary(self, record) -> str:
         kinds = ", ".join(f"{k}={v}" for k, v in sorted(record.counts_by_kind.items())) or "none"
         stages = ", ".join(f"{k}={v}" for k, v in sorted(record.counts_by_stage.items())) or "none"
-        prefix = "dry run: " if record.dry_run else ""
+        if record.dry_run:  # not saved: no pass id
+            head = f"dry run: nothing written, in {record.duration_seconds:.2f}s: "
+        else:
+            head = f"pass {record.pk} in {record.duration_seconds:.2f}s: "
         return (
-            f"{prefix}pass {record.pk} in {record.duration_seconds:.2f}s: "
+            f"{head}"
             f"{record.candidates} candidates, {record.retired} retired, "
             f"{record.failed} failed (will retry), {len(record.errors)} errors; "
             f"kinds: {kinds}; stages: {stages}"
