@@ -9,6 +9,7 @@ import posixpath
 import threading
 from collections.abc import Callable, Iterator
 from email.utils import parsedate_to_datetime
+from urllib.parse import quote
 
 import httpx
 
@@ -128,6 +129,11 @@ class DaytonaProvider(RetryingProvider):
         )
         self._closed = threading.Event()
 
+    def _sandbox_url(self, sandbox_id: str) -> str:
+        """/sandbox/{id or name}, the id quoted as ONE path segment: a name with a
+        space, `/`, `?` or `#` must not name another path (or another sandbox)."""
+        return f"{self.api_url}/sandbox/{quote(sandbox_id, safe='')}"
+
     def close(self):
         self._closed.set()
         self._http.close()
@@ -243,7 +249,7 @@ class DaytonaProvider(RetryingProvider):
         def attempt() -> SandboxInfo:
             response = self._send(
                 "GET",
-                f"{self.api_url}/sandbox/{sandbox_id}",
+                self._sandbox_url(sandbox_id),
                 operation=operation,
                 sandbox_id=sandbox_id,
                 request_id=request_id,
@@ -315,7 +321,7 @@ class DaytonaProvider(RetryingProvider):
     def _post_action(self, action: str, sandbox_id: str, budget: Budget, request_id: str):
         self._send(
             "POST",
-            f"{self.api_url}/sandbox/{sandbox_id}/{action}",
+            f"{self._sandbox_url(sandbox_id)}/{action}",
             operation=action,
             sandbox_id=sandbox_id,
             request_id=request_id,
@@ -433,7 +439,7 @@ class DaytonaProvider(RetryingProvider):
             def delete():
                 return self._send(
                     "DELETE",
-                    f"{self.api_url}/sandbox/{sandbox_id}",
+                    self._sandbox_url(sandbox_id),
                     operation="destroy",
                     sandbox_id=sandbox_id,
                     request_id=request_id,
@@ -526,7 +532,7 @@ class DaytonaProvider(RetryingProvider):
                 operation=operation,
                 sandbox_id=info.id,
             )
-        return info, f"{info.toolbox_proxy_url.rstrip('/')}/{info.id}"
+        return info, f"{info.toolbox_proxy_url.rstrip('/')}/{quote(info.id, safe='')}"
 
     def _execute(
         self, toolbox: str, command: str, info: SandboxInfo, budget: Budget, request_id: str

@@ -443,3 +443,20 @@ def test_open_files_falls_back_to_single_downloads_without_bulk_download(daytona
     assert got == FILES
     downloads = sim.calls(operation="download")
     assert len(downloads) == len(FILES) and all(c["skip_activity"] for c in downloads)
+
+
+# --- sandbox ids and names are one URL path segment (review finding 9) --------------------
+
+
+@pytest.mark.parametrize("name", ["warm PAP/1", "a?b#c", "../sandbox"])
+def test_a_name_with_url_characters_names_only_its_sandbox(daytona, sim, name):
+    box = seeded(daytona, name=name)
+    assert daytona.get(name).id == box.id
+    assert daytona.stop(name).state == SandboxState.STOPPED
+    assert daytona.get(box.id).state == SandboxState.STOPPED
+    daytona.destroy(name)
+    assert daytona.get(box.id).state == SandboxState.DESTROYED
+
+
+def test_the_sandbox_url_quotes_the_id_as_one_segment(daytona):
+    assert daytona._sandbox_url("a b/c?d#e%f").endswith("/sandbox/a%20b%2Fc%3Fd%23e%25f")
