@@ -702,3 +702,60 @@ def test_the_default_client_is_for_the_lease_provider_with_the_environment_setti
     assert isinstance(client, DaytonaProvider) and client.api_url == "http://daytona.test/api"
     with pytest.raises(machine.ProviderMismatch):
         machine.Worker().provider(env, m.ProviderName.LOCAL)
+
+
+# --- re-checks the reviewer found untested (review finding 10b, 10c) ------------------------
+
+
+def test_a_task_that_resumed_the_workspace_before_the_claim_is_dismissed_under_the_lock(
+    warm, local
+):
+    lease = warm(status=m.LeaseStatus.RELEASED)
+    f.rebind_to_new_workspace(lease)  # abandoned: the task moved on
+    sync_retirements()
+    r = retirement_of(lease)
+    assert r.kind == m.RetirementKind.ABANDONED_WARM and r.stage == m.Stage.LISTED
+    # Between the listing and the claim the task resumes the old workspace.
+    lease.issue.bound_workspace = lease.execution_workspace
+    lease.issue.save(update_fields=["bound_workspace"])
+    m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())
+    machine.advance(r.pk, _claim(r), machine.Worker(provider_for=lambda e: local))
+    r.refresh_from_db()
+    assert r.stage == m.Stage.DISMISSED and "predicate stopped matching" in r.closed_reason
+    assert local.calls == []
+
+
+def test_a_file_changed_between_compare_and_export_is_compared_again_and_exported_fresh(
+    warm, local, monkeypatch
+):
+    import hashlib
+
+    lease = abandoned(warm, files=UNSAVED)
+    sync_retirements()
+    real = machine.do_compare
+    newer = b"print('edited again after the compare')\n"
+    calls = []
+
+    def compare_then_edit(plan, attempt_id, worker):
+        real(plan, attempt_id, worker)
+        if not calls:  # the agent writes once more, after the first compare
+            target = local.inner._fs(plan.sandbox_id, "test") / "workspace" / "src/app.py"
+            target.write_bytes(newer)
+        calls.append(plan)
+
+    monkeypatch.setitem(machine.STEPS, "compare", compare_then_edit)
+    from sandboxes.reconciler.passes import run_pass
+
+    run_pass(provider_for=lambda env: local)
+    r = retirement_of(lease)
+    first, second = r.receipts.filter(kind=m.ReceiptKind.SALVAGE_COMPARE).order_by("created_at")
+    stale, verified = r.receipts.filter(kind=m.ReceiptKind.SALVAGE_EXPORT).order_by("created_at")
+    assert stale.payload["stale"] is True and stale.payload["verified"] is False
+    assert stale.payload["compare_receipt_id"] == str(first.pk)
+    assert verified.payload["verified"] is True
+    assert verified.payload["compare_receipt_id"] == str(second.pk)
+    [app] = [x for x in verified.payload["files"] if x["path"] == "src/app.py"]
+    assert app["sha256"] == hashlib.sha256(newer).hexdigest()
+    with default_storage.open(m.Attachment.objects.get(pk=app["attachment"]).file.name) as fh:
+        assert fh.read() == newer
+    assert r.stage == m.Stage.RETIRED and local.count("destroy") == 1
