@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 
 from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.ingest.apply import BatchRejected
-from sandboxes.ingest.schemas import decode_json
+from sandboxes.ingest.schemas import decode_json, may_hold_unstorable_text
 from sandboxes.models.choices import TokenScope
 
 from .auth import token_required
@@ -48,7 +48,11 @@ def events(request):
     if isinstance(raw_events, list) and len(raw_events) > settings.INGEST_MAX_EVENTS:
         return _error(413, f"at most {settings.INGEST_MAX_EVENTS} events per batch", "events")
 
-    batch, errors = validate_batch(payload, max_events=settings.INGEST_MAX_EVENTS)
+    batch, errors = validate_batch(
+        payload,
+        max_events=settings.INGEST_MAX_EVENTS,
+        check_text=may_hold_unstorable_text(body),
+    )
     if errors:
         return JsonResponse({"errors": [e.as_dict() for e in errors]}, status=400)
     try:

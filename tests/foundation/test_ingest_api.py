@@ -521,3 +521,19 @@ def test_text_postgres_cannot_store_is_a_400_naming_the_field(post_events, bad):
     named = {(e["index"], e["path"]) for e in response.json()["errors"]}
     assert named == {(4, "data.provider_lease_id"), (1, "data.title\x00")}
     assert m.Environment.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (rb'{"a": "x\u0000"}', True),
+        (rb'{"a": "\uD800"}', True),
+        (rb'{"a": "\udfff"}', True),
+        (rb'{"a": "\u00e9 caf\u00e9"}', False),
+        (b'{"a": "plain"}', False),
+    ],
+)
+def test_the_fast_path_sees_every_escape_postgres_cannot_store(raw, expected):
+    from sandboxes.ingest.schemas import may_hold_unstorable_text
+
+    assert may_hold_unstorable_text(raw) is expected
