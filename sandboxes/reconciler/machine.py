@@ -447,6 +447,30 @@ def _stop_receipts(r: Retirement, conf: Confirmation, *, retain: bool) -> None:
         )
 
 
+def _close_destroyed(
+    r: Retirement, conf: Confirmation, *, kind: str, payload: dict, stage: str, reason: str, now
+) -> None:
+    """The provider confirmed the sandbox is gone: its receipt, the lease expired and
+    the record closed, together (call inside the fenced transaction)."""
+    _receipt(
+        r,
+        kind,
+        request_id=conf.request_id,
+        payload=conf.as_payload() | payload,
+        state=TerminationState.DESTROYED,
+        at=conf.confirmed_at,
+    )
+    lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
+    lease.status = LeaseStatus.EXPIRED
+    lease.cleanup_status = CleanupStatus.SUCCESS
+    lease.save(update_fields=["status", "cleanup_status", "updated_at"])
+    _succeeded(r)
+    r.started_for_salvage = False
+    r.provider_state = str(SandboxState.DESTROYED)
+    r.provider_state_at = conf.confirmed_at
+    _close(r, stage, reason, now)
+
+
 def _succeeded(r: Retirement) -> None:
     r.attempts = 0
     r.needs_attention = False
@@ -539,23 +563,15 @@ def _close_gone(plan: Plan, attempt_id, conf: Confirmation) -> None:
     candidate any more, so later passes do not list the sandbox again."""
     now = timezone.now()
     with fenced(plan.retirement_id, attempt_id) as r:
-        _receipt(
+        _close_destroyed(
             r,
-            ReceiptKind.TERMINATION,
-            request_id=conf.request_id,
-            payload=conf.as_payload() | {"by": "console", "found": "already gone"},
-            state=TerminationState.DESTROYED,
-            at=conf.confirmed_at,
+            conf,
+            kind=ReceiptKind.TERMINATION,
+            payload={"by": "console", "found": "already gone"},
+            stage=Stage.DISMISSED,
+            reason="already gone at the provider",
+            now=now,
         )
-        lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
-        lease.status = LeaseStatus.EXPIRED
-        lease.cleanup_status = CleanupStatus.SUCCESS
-        lease.save(update_fields=["status", "cleanup_status", "updated_at"])
-        _succeeded(r)
-        r.started_for_salvage = False
-        r.provider_state = str(SandboxState.DESTROYED)
-        r.provider_state_at = conf.confirmed_at
-        _close(r, Stage.DISMISSED, "already gone at the provider", now)
 
 
 def _ensure_started(plan: Plan, attempt_id, provider) -> Confirmation | None:
@@ -738,23 +754,15 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
         )
     now = timezone.now()
     with fenced(plan.retirement_id, attempt_id) as r:
-        _receipt(
+        _close_destroyed(
             r,
-            ReceiptKind.RETIREMENT,
-            request_id=conf.request_id,
-            payload=conf.as_payload() | {"proof": proof_reason},
-            state=TerminationState.DESTROYED,
-            at=conf.confirmed_at,
+            conf,
+            kind=ReceiptKind.RETIREMENT,
+            payload={"proof": proof_reason},
+            stage=Stage.RETIRED,
+            reason=proof_reason,
+            now=now,
         )
-        lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
-        lease.status = LeaseStatus.EXPIRED
-        lease.cleanup_status = CleanupStatus.SUCCESS
-        lease.save(update_fields=["status", "cleanup_status", "updated_at"])
-        _succeeded(r)
-        r.started_for_salvage = False
-        r.provider_state = str(SandboxState.DESTROYED)
-        r.provider_state_at = conf.confirmed_at
-        _close(r, Stage.RETIRED, proof_reason, now)
     worker.retired_by_env[plan.environment.pk] += 1
     worker.retired += 1
 
