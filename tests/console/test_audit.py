@@ -129,3 +129,29 @@ def test_csv_export_defuses_spreadsheet_formulas(as_reviewer, db):
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
     reasons = sorted(r["reason"] for r in rows)
     assert reasons == ["'- minus is fine as text", '\'=HYPERLINK("http://evil","x")']
+
+
+def _change_cell(body: str, action: str) -> str:
+    row = body.split(f'data-audit-action="{action}"', 1)[1].split("</tr>", 1)[0]
+    return row.split('data-label="Change"', 1)[1]
+
+
+def test_zero_is_shown_as_zero_not_as_a_dash(as_reviewer, db):
+    # Issue 15, defect 1: the `default` filter turned 0 into "—".
+    AuditEventFactory(
+        action="environment.edit_policy",
+        object_type="environment",
+        before={"warm_retention_hours": 24.0, "max_retirements_per_pass": 50},
+        after={"warm_retention_hours": 0.0, "max_retirements_per_pass": 0},
+    )
+    AuditEventFactory(
+        action="retirement.failed",
+        before={"stage": "comparing", "attempts": 0},
+        after={"stage": "failed", "attempts": 1},
+    )
+    body = as_reviewer.get(reverse("audit")).content.decode()
+    policy = _change_cell(body, "environment.edit_policy")
+    assert "—" not in policy
+    failed = _change_cell(body, "retirement.failed")
+    assert "—" not in failed
+    assert "0 → 1" in failed
