@@ -122,7 +122,28 @@ def _ensure_exist(refs: dict[type, set[UUID]]) -> None:
             )
 
 
+def _newer_than_stored(model: type[models.Model], rows: list[Row]) -> list[Row]:
+    """Drop rows whose source time is older than the row the console holds (DOMAIN
+    §4.1, issue 10 item 10): ingest and the mirror both write these tables, and a
+    late, older reading never overwrites newer state. The stored rows are locked,
+    as ingest locks them, so the two writers are ordered against each other."""
+    stored = dict(
+        model.objects.select_for_update()
+        .filter(pk__in=[row.pk for row in rows])
+        .values_list("pk", "source_updated_at")
+    )
+    fresh = []
+    for row in rows:
+        seen = stored.get(row.pk)
+        when = row.fields.get("source_updated_at")
+        if seen is not None and when is not None and seen > when:
+            continue
+        fresh.append(row)
+    return fresh
+
+
 def _upsert(model: type[models.Model], rows: list[Row]) -> None:
+    rows = _newer_than_stored(model, rows) if rows else rows
     if not rows:
         return
     fields = sorted({f for row in rows for f in row.fields})
@@ -224,9 +245,15 @@ def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
     translated = []
     for src in page:
         try:
-            translated.append(table.translate(src))
+            row = table.translate(src)
         except Malformed as exc:
             _problem(report, counts, table.name, src.get(table.pk), str(exc))
+            continue
+        if isinstance(row, Row) and isinstance(src.get("updated_at"), datetime):
+            # The source time of what the mirror writes, as ingest records an
+            # event's occurred_at: the newer of the two writers wins.
+            row.fields["source_updated_at"] = src["updated_at"]
+        translated.append(row)
     if not translated:
         return
     with transaction.atomic():
