@@ -2,6 +2,8 @@
 
 from django import template
 
+from sandboxes.views.humanize import change_rows
+
 register = template.Library()
 
 
@@ -30,23 +32,10 @@ def files(items):
     return out
 
 
-def shown(value) -> str:
-    """A value as the audit trail shows it: nothing is "—", but 0 and False are values."""
-    if value is None or value == "" or value == [] or value == {}:
-        return "—"
-    return str(value)
-
-
 @register.filter
 def changes(event):
-    """An audit row's before → after as rows of {key, old, new}: keys whose value moved."""
-    before, after = event.before or {}, event.after or {}
-    rows = []
-    for key, new in after.items():
-        old = before.get(key)
-        if old != new:
-            rows.append({"key": key, "old": shown(old), "new": shown(new)})
-    return rows
+    """An audit row's before → after in words (sandboxes.views.humanize)."""
+    return change_rows(event.before, event.after)
 
 
 @register.simple_tag

@@ -44,7 +44,8 @@ def test_reviewers_read_the_whole_trail(as_reviewer, trail):
         "retirement.retry",
     ]
     body = response.content.decode()
-    assert "<strong>next attempt at</strong>: — → 2026-01-01" in body
+    # A key only in `after` is context, shown without a made-up "—" before it.
+    assert "next attempt at: 2026-01-01 00:00:00 UTC" in body
 
 
 def test_it_filters_by_actor_action_sandbox_and_time(as_reviewer, trail):
@@ -155,3 +156,17 @@ def test_zero_is_shown_as_zero_not_as_a_dash(as_reviewer, db):
     failed = _change_cell(body, "retirement.failed")
     assert "—" not in failed
     assert "0 → 1" in failed
+
+
+def test_a_key_only_in_after_is_context_not_a_change(as_reviewer, db):
+    # Issue 15, defect 2: every retired row read "kind: — → abandoned_warm".
+    AuditEventFactory(
+        action="retirement.retired",
+        actor_label="system",
+        before={"stage": "retiring"},
+        after={"stage": "retired", "kind": "abandoned_warm"},
+    )
+    cell = _change_cell(as_reviewer.get(reverse("audit")).content.decode(), "retirement.retired")
+    assert "→ abandoned" not in cell
+    assert "retiring → retired" in cell
+    assert "abandoned warm" in cell  # still shown, as what the row was about
