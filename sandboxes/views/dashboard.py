@@ -17,16 +17,17 @@ CHART_PASSES = 48
 CHART_W, CHART_H, CHART_PAD = 640, 180, 28
 
 
-def trend_chart(passes: list[ReconcilerPass]) -> dict | None:
+def trend_chart(passes: list[ReconcilerPass], now_open: int, now) -> dict | None:
     """Geometry for a server-rendered SVG: kept sandboxes (line) and retirements
-    per pass (bars), oldest pass on the left."""
+    per pass (bars), oldest pass on the left. The line ends on `now_open`, the
+    open records now (the dashboard's tile), not on the last pass's count."""
     passes = sorted(passes, key=lambda p: p.started_at)
     if not passes:
         return None
-    top = max(max(p.candidates for p in passes), max(p.retired for p in passes), 1)
+    top = max(max(p.candidates for p in passes), max(p.retired for p in passes), now_open, 1)
     inner_w = CHART_W - 2 * CHART_PAD
     inner_h = CHART_H - 2 * CHART_PAD
-    step = inner_w / max(len(passes) - 1, 1)
+    step = inner_w / len(passes)
     bar_w = max(min(step * 0.6, 14), 2)
 
     def y(value: int) -> float:
@@ -35,7 +36,7 @@ def trend_chart(passes: list[ReconcilerPass]) -> dict | None:
     points, dots, bars = [], [], []
     for i, p in enumerate(passes):
         # A lone pass sits in the middle rather than on the axis labels.
-        x = round(CHART_PAD + (i * step if len(passes) > 1 else inner_w / 2), 1)
+        x = round(CHART_PAD + i * step, 1)
         points.append(f"{x},{y(p.candidates)}")
         dots.append(
             {
@@ -54,7 +55,9 @@ def trend_chart(passes: list[ReconcilerPass]) -> dict | None:
                     "title": f"{p.started_at:%Y-%m-%d %H:%M}: {p.retired} retired",
                 }
             )
-    last = passes[-1]
+    right = CHART_W - CHART_PAD
+    points.append(f"{right},{y(now_open)}")
+    dots.append({"x": right, "y": y(now_open), "title": f"now: {now_open} kept"})
     return {
         "w": CHART_W,
         "h": CHART_H,
@@ -67,8 +70,8 @@ def trend_chart(passes: list[ReconcilerPass]) -> dict | None:
         "dots": dots,
         "bars": bars,
         "first_at": passes[0].started_at,
-        "last_at": last.started_at,
-        "last_candidates": last.candidates,
+        "last_at": now,
+        "now_open": now_open,
         "total_retired": sum(p.retired for p in passes),
         "count": len(passes),
     }
@@ -107,10 +110,11 @@ def dashboard_context(fingerprint: str) -> dict:
     awaiting_rows, attention_rows = [], []
     for r in rows:
         (awaiting_rows if r.stage == Stage.AWAITING_APPROVAL else attention_rows).append(r)
+    # Fleet-wide passes only: a pass scoped to one environment counts only its part.
     passes = list(
-        ReconcilerPass.objects.only("started_at", "finished_at", "candidates", "retired").order_by(
-            "-started_at"
-        )[:CHART_PASSES]
+        ReconcilerPass.objects.filter(environment_name="")
+        .only("started_at", "finished_at", "candidates", "retired")
+        .order_by("-started_at")[:CHART_PASSES]
     )
     return {
         "fp": fingerprint,
@@ -123,7 +127,7 @@ def dashboard_context(fingerprint: str) -> dict:
         "unsized": open_total - totals["sized"],
         "awaiting_rows": awaiting_rows,
         "attention_rows": attention_rows,
-        "chart": trend_chart(passes),
+        "chart": trend_chart(passes, open_total, now),
         "last_pass": passes[0] if passes else None,
         "now": now,
     }

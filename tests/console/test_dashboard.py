@@ -42,7 +42,8 @@ def test_it_draws_the_trend_from_reconciler_passes(as_reviewer, db):
     body = as_reviewer.get(reverse("dashboard")).content.decode()
     assert "<svg" in body and "<polyline" in body
     assert body.count('class="bar"') == 2
-    assert "kept sandboxes (now 5)" in body
+    # The line ends on the open records now (none here), like the tile.
+    assert "kept sandboxes (now 0)" in body
     assert "5 over 3 passes" in body
 
 
@@ -105,3 +106,14 @@ def test_the_unchanged_poll_is_cheap(as_operator, django_assert_max_num_queries,
     fp = _fp(as_operator.get(reverse("dashboard")).content)
     with django_assert_max_num_queries(6):
         assert as_operator.get(reverse("dashboard"), {"fp": fp}, **HX).status_code == 204
+
+
+def test_the_trend_line_ends_on_the_same_number_as_the_open_tile(as_reviewer, db):
+    # Issue 15, defect 3: the tile counted open records (14), the trend's "now"
+    # showed the last pass's candidate count (13).
+    for _ in range(14):
+        RetirementFactory(stage=Stage.LISTED)
+    ReconcilerPassFactory(started_at=timezone.now() - timedelta(minutes=1), candidates=13)
+    body = as_reviewer.get(reverse("dashboard")).content.decode()
+    assert 'data-tile="open">14<' in body
+    assert "kept sandboxes (now 14)" in body
