@@ -136,9 +136,18 @@ ACTIONS = {
 
 
 @csrf_exempt  # machine clients authenticate with a bearer token, not a session
+def act(request, sandbox_id, action):
+    """POST …/{id}/{verb} acts. A sandbox id may hold slashes (an SSH sandbox is
+    "ssh://host/path"), so a GET whose last segment is not a verb reads the
+    sandbox the whole path names."""
+    if request.method in ("GET", "HEAD") and action not in ACTIONS:
+        return kept_sandbox(request, f"{sandbox_id}/{action}")
+    return _act(request, sandbox_id, action)
+
+
 @require_POST
 @token_required(TokenScope.OPERATOR)
-def act(request, sandbox_id, action):
+def _act(request, sandbox_id, action):
     call = ACTIONS.get(action)
     if call is None:
         return _bad(f"unknown action {action!r}", 404)

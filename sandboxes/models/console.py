@@ -51,7 +51,7 @@ class Retirement(models.Model):
     environment = models.ForeignKey(
         Environment, on_delete=models.PROTECT, related_name="retirements"
     )
-    provider = models.CharField(max_length=16)
+    provider = models.CharField(max_length=64)
     provider_lease_id = models.CharField(max_length=200)
     kind = models.CharField(max_length=32, choices=RetirementKind.choices)
     stage = models.CharField(max_length=20, choices=Stage.choices, default=Stage.LISTED)

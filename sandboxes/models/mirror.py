@@ -32,6 +32,11 @@ from .choices import (
 )
 
 
+def provider_named(model: str) -> models.CheckConstraint:
+    """Any provider key Paperclip uses, but never an empty one."""
+    return models.CheckConstraint(condition=~Q(provider=""), name=f"{model}_provider_named")
+
+
 class MirroredModel(models.Model):
     placeholder = models.BooleanField(
         default=False, help_text="Named by an event before its own upsert arrived."
@@ -70,9 +75,9 @@ class Environment(MirroredModel):
     driver = models.CharField(
         max_length=16, choices=EnvironmentDriver.choices, default=EnvironmentDriver.SANDBOX
     )
-    provider = models.CharField(
-        max_length=16, choices=ProviderName.choices, default=ProviderName.LOCAL
-    )
+    # Paperclip's own provider key (`daytona`, `local`, `ssh`, `e2b`, a plugin
+    # key…): every one is mirrored, and the console drives only ProviderName.
+    provider = models.CharField(max_length=64, default=ProviderName.LOCAL)
     status = models.CharField(
         max_length=16, choices=EnvironmentStatus.choices, default=EnvironmentStatus.ACTIVE
     )
@@ -95,7 +100,7 @@ class Environment(MirroredModel):
         permissions = [("edit_policy", "Can edit an environment's retirement policy")]
         constraints = [
             enum_check("driver", EnvironmentDriver, model="environment"),
-            enum_check("provider", ProviderName, model="environment"),
+            provider_named("environment"),
             enum_check("status", EnvironmentStatus, model="environment"),
             enum_check("retirement_mode", RetirementMode, model="environment"),
             models.CheckConstraint(
@@ -196,7 +201,7 @@ class EnvironmentLease(MirroredModel):
     )
     status = models.CharField(max_length=16, choices=LeaseStatus.choices)
     lease_policy = models.CharField(max_length=32, choices=LeasePolicy.choices)
-    provider = models.CharField(max_length=16, choices=ProviderName.choices)
+    provider = models.CharField(max_length=64, help_text="Paperclip's provider key, any provider.")
     provider_lease_id = models.CharField(max_length=200)
     acquired_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -215,7 +220,7 @@ class EnvironmentLease(MirroredModel):
         constraints = [
             enum_check("status", LeaseStatus, model="lease"),
             enum_check("lease_policy", LeasePolicy, model="lease"),
-            enum_check("provider", ProviderName, model="lease"),
+            provider_named("lease"),
             enum_check("cleanup_status", CleanupStatus, model="lease", nullable=True),
             enum_check("disposition", Disposition, model="lease", nullable=True),
         ]

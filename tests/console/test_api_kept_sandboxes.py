@@ -192,3 +192,51 @@ def test_get_on_an_action_is_405(client, operator_token, db):
     r = RetirementFactory()
     response = client.get(f"/api/v1/kept-sandboxes/{r.provider_lease_id}/retry", **_auth(raw))
     assert response.status_code == 405
+
+
+# Paperclip's SSH environments name a sandbox by its host and path (its lease's
+# provider_lease_id is like "ssh://host/path"; paperclipai/paperclip
+# packages/db/src/schema/environment_leases.ts declares it free text), so an id
+# is not one path segment. Clients percent-encode it; the server decodes it.
+SSH_ID = "ssh://build-7.internal/srv/paperclip/PAP-142"
+
+
+@pytest.mark.parametrize("encode", [True, False], ids=["percent-encoded", "raw-slashes"])
+def test_it_reads_and_acts_on_an_id_with_slashes(client, operator_token, db, encode):
+    from urllib.parse import quote
+
+    _, raw = operator_token
+    r = RetirementFactory(lease__provider="ssh", lease__provider_lease_id=SSH_ID)
+    path = quote(SSH_ID, safe="") if encode else SSH_ID
+    response = client.get(f"/api/v1/kept-sandboxes/{path}", **_auth(raw))
+    assert response.status_code == 200, response.content
+    assert response.json()["sandbox_id"] == SSH_ID
+    assert response.json()["provider"] == "ssh"
+
+    data = _act(client, raw, path, "hold", {"reason": "looking"}).json()
+    assert data["sandbox_id"] == SSH_ID and data["holds"] == ["operator_hold"]
+    (event,) = AuditEvent.objects.all()
+    assert event.object_id == str(r.pk)
+    # The verb after an id is still only a verb on POST.
+    assert client.get(f"/api/v1/kept-sandboxes/{path}/hold", **_auth(raw)).status_code == 405
+    assert _act(client, raw, path, "frobnicate", {"reason": "x"}).status_code == 404
+
+
+def test_reverse_gives_a_url_that_resolves_to_the_same_id(client, operator_token, db):
+    _, raw = operator_token
+    RetirementFactory(lease__provider="ssh", lease__provider_lease_id=SSH_ID)
+    url = reverse("api-kept-sandbox", kwargs={"sandbox_id": SSH_ID})
+    assert client.get(url, **_auth(raw)).json()["sandbox_id"] == SSH_ID
+    act_url = reverse("api-kept-sandbox-action", kwargs={"sandbox_id": SSH_ID, "action": "retry"})
+    response = client.post(
+        act_url, json.dumps({"reason": "again"}), content_type="application/json", **_auth(raw)
+    )
+    assert response.status_code == 200
+
+
+def test_a_slash_id_that_is_unknown_is_404_not_another_sandbox(client, operator_token, db):
+    _, raw = operator_token
+    RetirementFactory(lease__provider="ssh", lease__provider_lease_id=SSH_ID)
+    for other in ("ssh://build-7.internal/srv", SSH_ID + "/x", "ssh:"):
+        response = client.get(f"/api/v1/kept-sandboxes/{other}", **_auth(raw))
+        assert response.status_code == 404, other

@@ -40,7 +40,6 @@ def test_every_enum_field_is_covered():
     names = {p.id for p in ENUM_FIELDS}
     assert {
         "Environment.driver",
-        "Environment.provider",
         "Environment.status",
         "Environment.retirement_mode",
         "Issue.status",
@@ -98,3 +97,14 @@ def test_a_claim_needs_a_deadline():
         m.Retirement.objects.filter(pk=row.pk).update(
             attempt_id="7d7f1c4e-4b7a-4a57-8e39-4b8a0a3e9d11"
         )
+
+
+@pytest.mark.parametrize("factory", [f.EnvironmentFactory, f.EnvironmentLeaseFactory])
+def test_any_provider_key_is_mirrored_but_never_an_empty_one(factory):
+    # DOMAIN §1: the console mirrors every provider Paperclip names (its
+    # environment_leases.provider is free text: paperclipai/paperclip
+    # packages/db/src/schema/environment_leases.ts) and drives only its own.
+    for key in ("ssh", "e2b", "fake", "plugin:acme.sandbox-provider"):
+        assert factory(provider=key).provider == key
+    with pytest.raises(IntegrityError), transaction.atomic():
+        factory(provider="")
