@@ -152,6 +152,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BYTES + 1024
 # Providers (DOMAIN §3). Tokens only ever come from the environment.
 DAYTONA_API_URL = os.environ.get("DAYTONA_API_URL", "")
 DAYTONA_API_KEY = os.environ.get("DAYTONA_API_KEY", "")
+# Hosts besides the API's own that may receive DAYTONA_API_KEY as the toolbox
+# proxy (Daytona's cloud: proxy.app.daytona.io); a toolboxProxyUrl naming any
+# other host is refused.
+DAYTONA_TOOLBOX_HOSTS = envlist("DAYTONA_TOOLBOX_HOSTS", [])
 LOCAL_SANDBOX_ROOT = Path(os.environ.get("LOCAL_SANDBOX_ROOT", VAR_DIR / "sandboxes"))
 PROVIDER_STEP_BUDGET_SECONDS = envint("PROVIDER_STEP_BUDGET_SECONDS", 90)
 PROVIDER_MAX_CONCURRENCY = envint("PROVIDER_MAX_CONCURRENCY", 8)

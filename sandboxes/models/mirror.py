@@ -94,6 +94,14 @@ class Environment(MirroredModel):
         default="DAYTONA_API_KEY",
         help_text="Name of the environment variable holding the provider token.",
     )
+    toolbox_hosts = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=(
+            "Hosts (host[:port], or an https origin) besides the API's own that may receive "
+            "the provider token as toolbox proxies; blank uses DAYTONA_TOOLBOX_HOSTS."
+        ),
+    )
 
     class Meta:
         ordering = ["name"]

@@ -74,6 +74,30 @@ def _message(response: httpx.Response) -> str:
     return str(body)[:300]
 
 
+class UntrustedHost(ProviderError):
+    """A URL the provider handed us (a toolboxProxyUrl) names a host that is not
+    trusted with the API key: the request is refused, not sent without it."""
+
+
+def origin(url: str | httpx.URL) -> str:
+    """scheme://host:port of a URL, with the scheme's default port filled in."""
+    u = httpx.URL(str(url))
+    port = u.port or {"https": 443, "http": 80}.get(u.scheme, 0)
+    return f"{u.scheme}://{u.host}:{port}"
+
+
+def trusted_origins(api_url: str, toolbox_hosts) -> frozenset[str]:
+    """The API's own origin and every allowlisted toolbox host. An entry is an
+    origin (`https://proxy.example:8443`) or a host name with an optional port,
+    which then means https."""
+    out = {origin(api_url)}
+    for entry in toolbox_hosts or ():
+        entry = entry.strip().rstrip("/")
+        if entry:
+            out.add(origin(entry if "://" in entry else f"https://{entry}"))
+    return frozenset(out)
+
+
 def sandbox_info(data: object) -> SandboxInfo:
     if not isinstance(data, dict) or not isinstance(data.get("id"), str):
         raise ProviderProtocolError(f"not a sandbox: {str(data)[:200]}")
@@ -99,6 +123,7 @@ class DaytonaProvider(RetryingProvider):
         *,
         api_key: Callable[[], str | None] | str | None = None,
         api_key_env: str = "DAYTONA_API_KEY",
+        toolbox_hosts: tuple[str, ...] | list[str] = (),
         request_timeout: float = 30.0,
         connect_timeout: float = 5.0,
         **kwargs,
@@ -108,6 +133,9 @@ class DaytonaProvider(RetryingProvider):
             raise ProviderError("no Daytona API URL configured (set DAYTONA_API_URL)")
         self.api_url = api_url.rstrip("/")
         self.api_key_env = api_key_env
+        # The API key goes to the API's origin and to toolbox hosts the
+        # environment allowlists, never to wherever a provider answer points.
+        self.trusted_origins = trusted_origins(self.api_url, toolbox_hosts)
         # The token is read when needed, never kept: rotation needs no restart.
         if callable(api_key):
             self._api_key = api_key
@@ -164,6 +192,21 @@ class DaytonaProvider(RetryingProvider):
         read = min(self.request_timeout, remaining)
         return httpx.Timeout(read, connect=min(self.connect_timeout, read))
 
+    def _check_trusted(self, url: str, operation: str, sandbox_id: str) -> None:
+        try:
+            where = origin(url)
+        except (httpx.InvalidURL, ValueError, TypeError):
+            where = repr(str(url)[:200])
+        if where not in self.trusted_origins:
+            raise UntrustedHost(
+                f"refused to send the API key ({self.api_key_env}) to {where}: it is "
+                "neither the API host nor one of this environment's toolbox hosts "
+                f"({', '.join(sorted(self.trusted_origins))}); add it to the environment's "
+                "toolbox hosts (or DAYTONA_TOOLBOX_HOSTS) if it is the provider's toolbox proxy",
+                operation=operation,
+                sandbox_id=sandbox_id,
+            )
+
     def _send(
         self,
         method: str,
@@ -185,6 +228,7 @@ class DaytonaProvider(RetryingProvider):
         timeout = self._timeout(budget, operation, sandbox_id)
         if extra_timeout:
             timeout = httpx.Timeout(timeout.read + extra_timeout, connect=timeout.connect)
+        self._check_trusted(url, operation, sandbox_id)
         request = self._http.build_request(
             method,
             url,

@@ -7,7 +7,7 @@ import threading
 
 from sandboxes.providers.base import Provider, _setting
 
-_providers: dict[tuple[str, str, str], Provider] = {}
+_providers: dict[tuple, Provider] = {}
 _lock = threading.Lock()
 
 
@@ -23,17 +23,31 @@ def _api_key_reader(api_key_env: str):
     return read
 
 
+def _hosts(value) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.replace(",", " ").split()
+    return tuple(sorted({h.strip() for h in value or () if h.strip()}))
+
+
 def get_provider(
-    name: str, *, api_url: str | None = None, api_key_env: str = "DAYTONA_API_KEY"
+    name: str,
+    *,
+    api_url: str | None = None,
+    api_key_env: str = "DAYTONA_API_KEY",
+    toolbox_hosts: str | tuple[str, ...] | None = None,
 ) -> Provider:
-    """The shared client for an environment's provider settings (DOMAIN §2.6)."""
+    """The shared client for an environment's provider settings (DOMAIN §2.6).
+
+    `toolbox_hosts` (blank: the DAYTONA_TOOLBOX_HOSTS setting) are the hosts
+    besides the API's own that may receive the API key as toolbox proxies."""
     if name == "local":
-        key = ("local", str(_setting("LOCAL_SANDBOX_ROOT", "var/sandboxes")), "")
+        key = ("local", str(_setting("LOCAL_SANDBOX_ROOT", "var/sandboxes")), "", ())
     elif name == "daytona":
         url = (api_url or _setting("DAYTONA_API_URL", "") or "").rstrip("/")
         if not url:
             raise ValueError("daytona provider needs an API URL (set DAYTONA_API_URL)")
-        key = ("daytona", url, api_key_env or "DAYTONA_API_KEY")
+        hosts = _hosts(toolbox_hosts) or _hosts(_setting("DAYTONA_TOOLBOX_HOSTS", ()))
+        key = ("daytona", url, api_key_env or "DAYTONA_API_KEY", hosts)
     else:
         raise ValueError(f"unknown provider {name!r} (expected 'daytona' or 'local')")
     with _lock:
@@ -44,14 +58,19 @@ def get_provider(
         return provider
 
 
-def _build(name: str, location: str, api_key_env: str) -> Provider:
+def _build(name: str, location: str, api_key_env: str, toolbox_hosts: tuple) -> Provider:
     if name == "local":
         from sandboxes.providers.local import LocalProvider
 
         return LocalProvider(root=location)
     from sandboxes.providers.daytona import DaytonaProvider
 
-    return DaytonaProvider(location, api_key=_api_key_reader(api_key_env), api_key_env=api_key_env)
+    return DaytonaProvider(
+        location,
+        api_key=_api_key_reader(api_key_env),
+        api_key_env=api_key_env,
+        toolbox_hosts=toolbox_hosts,
+    )
 
 
 def reset_providers() -> None:

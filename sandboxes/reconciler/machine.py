@@ -124,6 +124,7 @@ def default_provider_for(environment: Environment, provider_name: str = ""):
         provider_name or environment.provider,
         api_url=environment.api_url or None,
         api_key_env=environment.api_key_env or "DAYTONA_API_KEY",
+        toolbox_hosts=environment.toolbox_hosts,
     )
 
 

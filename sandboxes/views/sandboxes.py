@@ -212,7 +212,10 @@ def provider_state(request, pk):
     state, error = None, ""
     try:
         provider = get_provider(
-            r.provider, api_url=env.api_url or None, api_key_env=env.api_key_env
+            r.provider,
+            api_url=env.api_url or None,
+            api_key_env=env.api_key_env,
+            toolbox_hosts=env.toolbox_hosts,
         )
         state = provider.get(r.provider_lease_id).state
     except (ProviderError, ValueError) as exc:
