@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sandboxes", "0003_source_updated_at"),
+        ("sandboxes", "0004_any_provider"),
     ]
 
     operations = [
