@@ -2,6 +2,33 @@
 
 from sandboxes.models import AuditEvent
 
+# Every action the console writes, grouped as the audit filter offers them.
+# A new action is added here, or the filter cannot find it.
+ACTION_GROUPS: dict[str, dict[str, str]] = {
+    "Operators and admins": {
+        "retirement.approve": "approved a retirement",
+        "retirement.retry": "asked for a retry",
+        "retirement.hold": "held a sandbox",
+        "retirement.release_hold": "released a hold",
+        "retirement.attest": "discarded unsaved work",
+        "environment.edit_policy": "edited an environment's policy",
+        "token.create": "created an API token",
+        "token.revoke": "revoked an API token",
+        "user.grant_role": "granted a role",
+    },
+    "Reconciler": {
+        "retirement.retired": "retired a sandbox",
+        "retirement.failed": "a step failed",
+        "retirement.needs_attention": "failed 5 times: needs attention",
+        "retirement.dismissed": "closed: no longer a candidate",
+        "retirement.stopped": "stopped a sandbox (stop-only step)",
+        "retirement.corrected": "stopped and retained after an unsuccessful run",
+    },
+}
+ACTIONS: dict[str, str] = {
+    code: text for group in ACTION_GROUPS.values() for code, text in group.items()
+}
+
 
 def record(
     *,

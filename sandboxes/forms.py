@@ -107,9 +107,34 @@ class TokenForm(forms.Form):
     reason = forms.CharField(max_length=2000, required=False)
 
 
+def _audit_action_choices():
+    from sandboxes.audit import ACTION_GROUPS
+
+    return [("", "any action")] + [
+        (group, [(code, code) for code in codes]) for group, codes in ACTION_GROUPS.items()
+    ]
+
+
 class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False)
-    action = forms.CharField(required=False)
+    action = forms.ChoiceField(
+        required=False,
+        choices=_audit_action_choices,
+        error_messages={"invalid_choice": "%(value)s is not an action the console records."},
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # An unknown action stays visible as the selected option (marked unknown)
+        # instead of the select falling back to "any action" while nothing matches.
+        typed = self.data.get("action") if self.is_bound else ""
+        known = {code for _group, codes in self.fields["action"].choices[1:] for code, _ in codes}
+        if typed and typed not in known:
+            self.fields["action"].widget.choices = [
+                *self.fields["action"].choices,
+                (typed, f"{typed} (unknown)"),
+            ]
+
     sandbox = forms.CharField(required=False, label="Sandbox id")
     since = forms.DateTimeField(
         required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})

@@ -5,7 +5,7 @@ import csv
 import json
 
 from django.core.exceptions import PermissionDenied
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -26,33 +26,26 @@ EXPORT_FIELDS = (
     "before",
     "after",
 )
-ACTIONS = (
-    "retirement.approve",
-    "retirement.retry",
-    "retirement.hold",
-    "retirement.release_hold",
-    "retirement.attest",
-    "environment.edit_policy",
-    "token.create",
-    "token.revoke",
-)
 
 
 def filtered_events(request):
+    """The form and its rows; a filter that does not validate matches nothing
+    (never everything): the page says which field is wrong."""
     form = AuditFilterForm(request.GET)
     qs = AuditEvent.objects.all()
-    if form.is_valid():
-        data = form.cleaned_data
-        if data["actor"]:
-            qs = qs.filter(actor_label__icontains=data["actor"].strip())
-        if data["action"]:
-            qs = qs.filter(action=data["action"].strip())
-        if data["sandbox"]:
-            qs = qs.filter(sandbox_id=data["sandbox"].strip())
-        if data["since"]:
-            qs = qs.filter(at__gte=data["since"])
-        if data["until"]:
-            qs = qs.filter(at__lte=data["until"])
+    if not form.is_valid():
+        return form, qs.none()
+    data = form.cleaned_data
+    if data["actor"]:
+        qs = qs.filter(actor_label__icontains=data["actor"].strip())
+    if data["action"]:
+        qs = qs.filter(action=data["action"])
+    if data["sandbox"]:
+        qs = qs.filter(sandbox_id=data["sandbox"].strip())
+    if data["since"]:
+        qs = qs.filter(at__gte=data["since"])
+    if data["until"]:
+        qs = qs.filter(at__lte=data["until"])
     return form, qs
 
 
@@ -64,11 +57,10 @@ def audit(request):
     context = {
         "form": form,
         "page": page,
-        "actions": ACTIONS,
         "query": query_without(request, "after"),
         "first_page": not request.GET.get("after"),
     }
-    return render(request, "sandboxes/audit.html", context)
+    return render(request, "sandboxes/audit.html", context, status=400 if form.errors else 200)
 
 
 def _row(event: AuditEvent) -> dict:
@@ -90,11 +82,31 @@ class _Echo:
         return value
 
 
+class BadFilter(Exception):
+    def __init__(self, form):
+        super().__init__(form.errors)
+        self.form = form
+
+
 def _stream(request):
     if not request.user.has_perm("sandboxes.export_audit"):
         raise PermissionDenied
-    _form, qs = filtered_events(request)
+    form, qs = filtered_events(request)
+    if form.errors:
+        raise BadFilter(form)
     return qs.order_by("at", "id").only(*EXPORT_FIELDS).iterator(chunk_size=2000)
+
+
+def _bad_filter(exc: BadFilter) -> HttpResponse:
+    lines = [
+        f"{exc.form.fields[name].label or name.capitalize()}: {' '.join(errors)}"
+        for name, errors in exc.form.errors.items()
+    ]
+    return HttpResponse(
+        "Bad filter, nothing exported.\n" + "\n".join(lines) + "\n",
+        status=400,
+        content_type="text/plain; charset=utf-8",
+    )
 
 
 def _filename(ext: str) -> str:
@@ -112,7 +124,10 @@ def _spreadsheet_safe(value):
 @console_view
 @require_GET
 def export_csv(request):
-    events = _stream(request)
+    try:
+        events = _stream(request)
+    except BadFilter as exc:
+        return _bad_filter(exc)
     writer = csv.writer(_Echo())
 
     def rows():
@@ -136,7 +151,10 @@ def export_csv(request):
 @console_view
 @require_GET
 def export_json(request):
-    events = _stream(request)
+    try:
+        events = _stream(request)
+    except BadFilter as exc:
+        return _bad_filter(exc)
 
     def chunks():
         yield "[\n"

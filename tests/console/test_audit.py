@@ -170,3 +170,38 @@ def test_a_key_only_in_after_is_context_not_a_change(as_reviewer, db):
     assert "→ abandoned" not in cell
     assert "retiring → retired" in cell
     assert "abandoned warm" in cell  # still shown, as what the row was about
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        "retirement.retired",
+        "retirement.failed",
+        "retirement.needs_attention",
+        "retirement.dismissed",
+        "retirement.stopped",
+        "retirement.corrected",
+    ],
+)
+def test_the_action_filter_offers_the_reconcilers_own_actions(as_reviewer, db, action):
+    # Issue 15, defect 4: the select listed only the people's actions.
+    AuditEventFactory(action=action)
+    AuditEventFactory(action="retirement.hold")
+    response = as_reviewer.get(reverse("audit"), {"action": action})
+    body = response.content.decode()
+    assert f'<option value="{action}" selected>' in body
+    assert _actions(response) == [action]
+
+
+def test_an_unknown_action_is_an_error_naming_the_field(as_reviewer, db):
+    # Issue 15, defect 4: an unknown ?action= showed an empty table under "any action".
+    AuditEventFactory(action="retirement.hold")
+    response = as_reviewer.get(reverse("audit"), {"action": "retirement.nonsense"})
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "Action: " in body and "retirement.nonsense" in body
+    assert 'value="" selected' not in body
+    assert '<option value="retirement.nonsense" selected>retirement.nonsense (unknown)' in body
+    assert _actions(response) == []
+    # The export refuses the same filter instead of exporting everything.
+    assert as_reviewer.get(reverse("audit-export-csv"), {"action": "x"}).status_code == 400
