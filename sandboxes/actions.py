@@ -25,6 +25,7 @@ from sandboxes.models.choices import (
     TokenScope,
 )
 from sandboxes.proof import has_approval, proof_for
+from sandboxes.reconciler.holds import HOLD_EXPLANATIONS, blocking_holds
 
 MAX_BULK_APPROVE = 50
 
@@ -164,6 +165,26 @@ def approve(retirement_id, *, actor, reason: str) -> Retirement:
     return r
 
 
+def _require_not_held(r: Retirement) -> None:
+    """A retry cannot move a held record: every hold blocks every step (DOMAIN §2.2)
+    until it clears, and the reconciler re-checks holds on every pass by itself."""
+    held = blocking_holds(list(r.holds or []), r.kind)
+    if not held and r.stage != Stage.HELD:
+        return
+    reasons = r.hold_reasons or {}
+    parts = []
+    for code in held:
+        why = reasons.get(code) or HOLD_EXPLANATIONS.get(code, "")
+        parts.append(f"{code.replace('_', ' ')} ({why})" if why else code.replace("_", " "))
+    words = "; ".join(parts)
+    advice = (
+        "Release the operator hold instead."
+        if HoldCode.OPERATOR_HOLD in held
+        else "The reconciler re-checks it on every pass and moves it on by itself."
+    )
+    raise ActionRefused(f"Retry can do nothing until the hold clears: {words or 'held'}. {advice}")
+
+
 @transaction.atomic
 def retry(retirement_id, *, actor, reason: str) -> Retirement:
     """Make the retirement due now; the reconciler decides what the next step is."""
@@ -171,6 +192,7 @@ def retry(retirement_id, *, actor, reason: str) -> Retirement:
     reason = _reason(reason)
     r = _locked(retirement_id)
     _require_open(r)
+    _require_not_held(r)
     before = snapshot(r)
     r.next_attempt_at = timezone.now()
     _save(r, "next_attempt_at")

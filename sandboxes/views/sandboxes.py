@@ -15,6 +15,7 @@ from sandboxes.forms import AttestForm, KeptFilterForm, ReasonForm
 from sandboxes.models import Attachment, Environment, EnvironmentLease, Receipt, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, ReceiptKind, Stage
 from sandboxes.proof import has_approval, proof_from_receipts
+from sandboxes.reconciler.holds import blocking_holds
 from sandboxes.views.common import (
     LIVE_TRIGGER,
     console_view,
@@ -165,6 +166,12 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
     return {
         "r": r,
         "holds": holds,
+        "blocking": [
+            code.replace("_", " ")
+            for code in blocking_holds(list(r.holds or []), r.kind)
+            or (list(r.holds or []) if r.stage == Stage.HELD else [])
+        ]
+        or (["a hold"] if r.stage == Stage.HELD else []),
         "leases": leases,
         "receipts": [_receipt_view(x, attachments) for x in receipts],
         "proof": proof,

@@ -177,3 +177,29 @@ def test_it_answers_404_for_an_unknown_retirement(as_operator, db):
     url = reverse("sandbox-retry", kwargs={"pk": "00000000-0000-0000-0000-000000000000"})
     assert as_operator.post(url, {"reason": "x"}).status_code == 404
     assert Retirement.objects.count() == 0
+
+
+def test_retry_on_a_held_record_says_why_and_changes_nothing(as_operator, db):
+    # Issue 15, defect 5: it said "Retry scheduled" and wrote an audit row although
+    # nothing can happen until the hold clears.
+    r = RetirementFactory(
+        stage=Stage.HELD,
+        holds=["retention"],
+        hold_reasons={"retention": "Still inside the environment's warm retention window."},
+    )
+    response = _post(as_operator, "sandbox-retry", r, reason="try again")
+    body = response.content.decode()
+    assert "Retry scheduled" not in body
+    assert "retention" in body and "until the hold clears" in body
+    assert "HX-Trigger" not in response
+    assert AuditEvent.objects.count() == 0
+    before = r.next_attempt_at
+    r.refresh_from_db()
+    assert r.next_attempt_at == before
+
+
+def test_the_detail_page_offers_no_retry_while_held(as_operator, db):
+    r = RetirementFactory(stage=Stage.HELD, holds=["run_active"])
+    body = as_operator.get(reverse("sandbox-detail", kwargs={"pk": r.pk})).content.decode()
+    assert "Retry now" not in body
+    assert "Retry is unavailable while held" in body
