@@ -797,24 +797,29 @@ def record_failure(retirement_id, attempt_id, exc: BaseException, worker: Worker
         with fenced(retirement_id, attempt_id) as r:
             was_attention = r.needs_attention
             was_stage = r.stage
+            was_attempts = r.attempts
             r.attempts += 1
             r.last_error = f"{type(exc).__name__}: {exc}"[:2000]
             r.needs_attention = r.attempts >= NEEDS_ATTENTION_AFTER
             r.next_attempt_at = now + backoff(r.attempts)
             r.stage = Stage.FAILED
             r.save()
-            # Audit the first failure and the turn to needs_attention, not every retry.
-            if r.attempts == 1 or (r.needs_attention and not was_attention):
-                audit.record(
-                    actor=None,
-                    action="retirement.needs_attention"
-                    if r.needs_attention
-                    else "retirement.failed",
-                    obj=r,
-                    reason=r.last_error,
-                    before={"stage": was_stage},
-                    after={"stage": r.stage, "attempts": r.attempts},
-                )
+            # Every failed attempt gets its own audit row with its error; the one
+            # that turns the record to needs_attention is named so.
+            audit.record(
+                actor=None,
+                action="retirement.needs_attention"
+                if r.needs_attention and not was_attention
+                else "retirement.failed",
+                obj=r,
+                reason=r.last_error,
+                before={"stage": was_stage, "attempts": was_attempts},
+                after={
+                    "stage": r.stage,
+                    "attempts": r.attempts,
+                    "next_attempt_at": r.next_attempt_at.isoformat(),
+                },
+            )
     except ClaimLost:
         pass
     worker.failed += 1

@@ -759,3 +759,30 @@ def test_a_file_changed_between_compare_and_export_is_compared_again_and_exporte
     with default_storage.open(m.Attachment.objects.get(pk=app["attachment"]).file.name) as fh:
         assert fh.read() == newer
     assert r.stage == m.Stage.RETIRED and local.count("destroy") == 1
+
+
+def test_every_failed_attempt_is_audited_with_its_error(warm, local, reconcile, monkeypatch):
+    # Issue 15, defect 6: only the first failure (and the turn to needs_attention)
+    # was audited, so a reviewer could not see the 2nd..nth attempts or their errors.
+    lease = abandoned(warm)
+    errors = iter(f"503 from provider (attempt {n})" for n in range(1, 8))
+
+    def flaky(*args, **kwargs):
+        raise TransientProviderError(next(errors))
+
+    monkeypatch.setattr(local.inner, "hash_files", flaky)
+    for _ in range(7):
+        reconcile()
+        r = retirement_of(lease)
+        m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())
+    rows = list(
+        m.AuditEvent.objects.filter(
+            object_id=str(r.pk), action__in=["retirement.failed", "retirement.needs_attention"]
+        ).order_by("at")
+    )
+    assert [row.after["attempts"] for row in rows] == [1, 2, 3, 4, 5, 6, 7]
+    assert [row.action for row in rows].count("retirement.needs_attention") == 1
+    assert rows[4].action == "retirement.needs_attention"
+    for n, row in enumerate(rows, start=1):
+        assert f"(attempt {n})" in row.reason
+        assert row.before["attempts"] == n - 1
