@@ -1,98 +1,299 @@
--- The part of Paperclip's schema the mirror reads (manage.py mirror_paperclip).
--- Column names and values are Paperclip's own; the mirror only ever SELECTs
--- them, over a read-only connection. Tests create these tables in a scratch
--- database to stand in for a real Paperclip instance.
+-- Paperclip's own schema for the seven tables manage.py mirror_paperclip reads,
+-- plus the minimal parents their foreign keys need. Rebuilt from
+-- paperclipai/paperclip (the judge, not this file):
+--
+--   packages/db/src/schema/environment_leases.ts   and the migration that
+--       creates "environments" and "environment_leases" (drizzle output; the
+--       same DDL as scripts/ops hotfix-environments-schema.sql)
+--   packages/db/src/schema/heartbeat_runs.ts
+--   packages/db/src/schema/execution_workspaces.ts
+--   packages/db/src/schema/issues.ts
+--   packages/db/src/schema/issue_recovery_actions.ts
+--   packages/db/src/schema/work_folders.ts          (work_folder_runs)
+--
+-- Column names, types, nullability and defaults are Paperclip's. Paperclip
+-- declares NO CHECK constraints on its status-like text columns (status,
+-- lease_policy, cleanup_status, driver, state…): a newer Paperclip may write a
+-- value this console does not know, and the mirror must skip, count and name
+-- such a row rather than abort. So this file adds no CHECKs either.
+--
+-- ADAPTATIONS (each kept minimal, each marked ADAPTED below):
+--   * Parent tables that only anchor foreign keys (companies, agents) keep
+--     only their key and NOT NULL columns.
+--   * Columns that reference tables the mirror never reads (projects, goals,
+--     teams, project_workspaces, agent_wakeup_requests, …) keep their column
+--     and type but drop the FOREIGN KEY, so those tables need not exist.
+--   * heartbeat_runs carries the columns the mirror reads and those NOT NULL
+--     without a default; the ~60 others (logs, liveness, process fields…) are
+--     nullable or defaulted and play no part in mirroring.
+--   * issues' trigram search indexes (gin_trgm_ops) are left out: they need
+--     the pg_trgm extension and index text the mirror never searches.
+--   * gen_random_uuid() is core PostgreSQL since 13; no extension is needed.
 
-CREATE TABLE environments (
-    id uuid PRIMARY KEY,
-    company_id uuid NOT NULL,
-    name text NOT NULL,
-    driver text NOT NULL,              -- local, ssh, sandbox, plugin
-    status text NOT NULL,              -- active, archived
-    config jsonb NOT NULL DEFAULT '{}', -- {"provider": "daytona", ...}
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+CREATE TABLE "companies" (                                  -- ADAPTED: key + name only
+    "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
+    "name" text NOT NULL,
+    "created_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE issues (
-    id uuid PRIMARY KEY,
-    company_id uuid NOT NULL,
-    identifier text,                    -- PAP-142
-    title text NOT NULL DEFAULT '',
-    status text NOT NULL,               -- backlog … cancelled
-    execution_workspace_id uuid,        -- the workspace the task is bound to now
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+CREATE TABLE "agents" (                                     -- ADAPTED: key + NOT NULLs only
+    "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
+    "company_id" uuid NOT NULL REFERENCES "companies"("id"),
+    "name" text NOT NULL,
+    "created_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE execution_workspaces (
-    id uuid PRIMARY KEY,
-    company_id uuid NOT NULL,
-    issue_id uuid,
-    status text NOT NULL,               -- active, dirty, …
-    metadata jsonb NOT NULL DEFAULT '{}', -- {"writerRunId": uuid | null}
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+CREATE TABLE "environments" (
+    "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
+    "company_id" uuid NOT NULL,
+    "name" text NOT NULL,
+    "description" text,
+    "driver" text DEFAULT 'local' NOT NULL,
+    "status" text DEFAULT 'active' NOT NULL,
+    "config" jsonb DEFAULT '{}'::jsonb NOT NULL,
+    "metadata" jsonb,
+    "created_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE heartbeat_runs (
-    id uuid PRIMARY KEY,
-    company_id uuid NOT NULL,
-    issue_id uuid,
-    status text NOT NULL,               -- queued … timed_out
-    started_at timestamptz,
-    finished_at timestamptz,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+CREATE TABLE "issues" (
+    "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
+    "company_id" uuid NOT NULL,
+    "team_id" uuid,                                        -- ADAPTED: FK to teams dropped
+    "project_id" uuid,                                     -- ADAPTED: FK to projects dropped
+    "project_workspace_id" uuid,                           -- ADAPTED: FK dropped
+    "goal_id" uuid,                                        -- ADAPTED: FK to goals dropped
+    "parent_id" uuid,
+    "title" text NOT NULL,
+    "description" text,
+    "status" text DEFAULT 'backlog' NOT NULL,
+    "priority" text DEFAULT 'medium' NOT NULL,
+    "assignee_agent_id" uuid,
+    "assignee_user_id" text,
+    "checkout_run_id" uuid,
+    "execution_run_id" uuid,
+    "execution_agent_name_key" text,
+    "execution_locked_at" timestamp with time zone,
+    "created_by_agent_id" uuid,
+    "created_by_user_id" text,
+    "issue_number" integer,
+    "identifier" text,
+    "estimate" integer,
+    "origin_kind" text DEFAULT 'manual' NOT NULL,
+    "origin_id" text,
+    "origin_run_id" text,
+    "request_depth" integer DEFAULT 0 NOT NULL,
+    "billing_code" text,
+    "assignee_adapter_overrides" jsonb,
+    "execution_policy" jsonb,
+    "execution_state" jsonb,
+    "execution_workspace_id" uuid,
+    "execution_workspace_preference" text,
+    "execution_workspace_settings" jsonb,
+    "started_at" timestamp with time zone,
+    "completed_at" timestamp with time zone,
+    "cancelled_at" timestamp with time zone,
+    "hidden_at" timestamp with time zone,
+    "created_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE environment_leases (
-    id uuid PRIMARY KEY,
-    company_id uuid NOT NULL,
-    environment_id uuid NOT NULL,
-    execution_workspace_id uuid,
-    issue_id uuid,
-    heartbeat_run_id uuid,
-    status text NOT NULL,               -- active, released, expired, failed, retained, pending_cleanup
-    lease_policy text NOT NULL,         -- ephemeral, reuse_by_environment, …
-    provider text NOT NULL,
-    provider_lease_id text,
-    acquired_at timestamptz,
-    last_used_at timestamptz,
-    expires_at timestamptz,
-    released_at timestamptz,
-    failure_reason text,
-    cleanup_status text,
-    metadata jsonb NOT NULL DEFAULT '{}',
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+CREATE TABLE "execution_workspaces" (
+    "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
+    "company_id" uuid NOT NULL,
+    "project_id" uuid,                                     -- ADAPTED: FK to projects dropped
+    "project_workspace_id" uuid,                           -- ADAPTED: FK dropped
+    "source_issue_id" uuid,
+    "mode" text NOT NULL,
+    "strategy_type" text NOT NULL,
+    "name" text NOT NULL,
+    "status" text DEFAULT 'active' NOT NULL,
+    "cwd" text,
+    "repo_url" text,
+    "base_ref" text,
+    "branch_name" text,
+    "provider_type" text DEFAULT 'local_fs' NOT NULL,
+    "provider_ref" text,
+    "derived_from_execution_workspace_id" uuid,
+    "last_used_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "opened_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "closed_at" timestamp with time zone,
+    "cleanup_eligible_at" timestamp with time zone,
+    "cleanup_reason" text,
+    "metadata" jsonb,
+    "created_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE issue_recovery_actions (
-    id uuid PRIMARY KEY,
-    source_issue_id uuid NOT NULL,
-    kind text NOT NULL,
-    status text NOT NULL,               -- active, escalated, resolved, cancelled
-    outcome text,
-    evidence jsonb NOT NULL DEFAULT '{}', -- {"leaseId": uuid, …}
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+CREATE TABLE "heartbeat_runs" (
+    "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
+    "company_id" uuid NOT NULL,
+    "agent_id" uuid NOT NULL,
+    "invocation_source" text DEFAULT 'on_demand' NOT NULL,
+    "trigger_detail" text,
+    "status" text DEFAULT 'queued' NOT NULL,
+    "responsible_user_id" text,
+    "started_at" timestamp with time zone,
+    "finished_at" timestamp with time zone,
+    "error" text,
+    "wakeup_request_id" uuid,                              -- ADAPTED: FK dropped
+    "exit_code" integer,
+    "result_json" jsonb,
+    "runtime_mode" text DEFAULT 'legacy' NOT NULL,
+    -- The run's task on native runs; Paperclip reads a run's task as
+    -- coalesce(native_issue_id::text, context_snapshot->>'issueId')
+    -- (server/src/services legacy-execution-recovery, heartbeat_runs indexes).
+    "native_issue_id" uuid,
+    "error_code" text,
+    "retry_of_run_id" uuid,
+    "scheduled_retry_at" timestamp with time zone,
+    "context_snapshot" jsonb,
+    "created_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 
--- A run's durable save of its work folder: the workspace's last committed save.
-CREATE TABLE work_folder_runs (
-    run_id uuid PRIMARY KEY,
-    state text NOT NULL,                -- starting, saving, saved, failed
-    manifest jsonb NOT NULL DEFAULT '{}', -- {"leaseId", "finalCheckpointAt", "files": {path: {sha256, size}}}
-    last_saved_at timestamptz,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+CREATE TABLE "environment_leases" (
+    "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
+    "company_id" uuid NOT NULL,
+    "environment_id" uuid NOT NULL,
+    "execution_workspace_id" uuid,
+    "issue_id" uuid,
+    "heartbeat_run_id" uuid,
+    "status" text DEFAULT 'active' NOT NULL,
+    "lease_policy" text DEFAULT 'ephemeral' NOT NULL,
+    "provider" text,
+    "provider_lease_id" text,
+    "acquired_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "last_used_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "expires_at" timestamp with time zone,
+    "released_at" timestamp with time zone,
+    "failure_reason" text,
+    "cleanup_status" text,
+    "metadata" jsonb,
+    "created_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE INDEX environments_updated_at ON environments (updated_at, id);
-CREATE INDEX issues_updated_at ON issues (updated_at, id);
-CREATE INDEX execution_workspaces_updated_at ON execution_workspaces (updated_at, id);
-CREATE INDEX heartbeat_runs_updated_at ON heartbeat_runs (updated_at, id);
-CREATE INDEX environment_leases_updated_at ON environment_leases (updated_at, id);
-CREATE INDEX issue_recovery_actions_updated_at ON issue_recovery_actions (updated_at, id);
-CREATE INDEX work_folder_runs_updated_at ON work_folder_runs (updated_at, run_id);
+CREATE TABLE "issue_recovery_actions" (
+    "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
+    "company_id" uuid NOT NULL,
+    "source_issue_id" uuid NOT NULL,
+    "recovery_issue_id" uuid,
+    "kind" text NOT NULL,
+    "status" text DEFAULT 'active' NOT NULL,
+    "owner_type" text DEFAULT 'agent' NOT NULL,
+    "owner_agent_id" uuid,
+    "owner_user_id" text,
+    "previous_owner_agent_id" uuid,
+    "return_owner_agent_id" uuid,
+    "cause" text NOT NULL,
+    "fingerprint" text NOT NULL,
+    "evidence" jsonb DEFAULT '{}'::jsonb NOT NULL,
+    "next_action" text NOT NULL,
+    "wake_policy" jsonb,
+    "monitor_policy" jsonb,
+    "attempt_count" integer DEFAULT 0 NOT NULL,
+    "max_attempts" integer,
+    "stale" boolean DEFAULT false NOT NULL,
+    "timeout_at" timestamp with time zone,
+    "last_attempt_at" timestamp with time zone,
+    "outcome" text,
+    "resolution_note" text,
+    "resolved_at" timestamp with time zone,
+    "created_at" timestamp with time zone DEFAULT now() NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- A run's work-folder sync state: its manifest ({version, companyId, runId,
+-- taskId, agentId, …, leaseId, sandboxKey, home, finalCheckpointAt?, folders,
+-- repositories}) and, per scope, the baseline of files last saved
+-- ({path, kind, byteSize, sha256, executable}). No created_at: Paperclip's
+-- table has none.
+CREATE TABLE "work_folder_runs" (
+    "run_id" uuid PRIMARY KEY NOT NULL,
+    "company_id" uuid NOT NULL,
+    "manifest" jsonb NOT NULL,
+    "baselines" jsonb DEFAULT '{}'::jsonb NOT NULL,
+    "pending_operations" jsonb DEFAULT '{}'::jsonb NOT NULL,
+    "state" text DEFAULT 'starting' NOT NULL,
+    "last_saved_at" timestamp with time zone,
+    "error" text,
+    "refresh_requested" boolean DEFAULT false NOT NULL,
+    "updated_at" timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- Foreign keys among the mirrored tables, as Paperclip declares them.
+ALTER TABLE "environments" ADD CONSTRAINT "environments_company_id_companies_id_fk"
+    FOREIGN KEY ("company_id") REFERENCES "companies"("id") ON DELETE cascade;
+ALTER TABLE "issues" ADD CONSTRAINT "issues_company_id_companies_id_fk"
+    FOREIGN KEY ("company_id") REFERENCES "companies"("id");
+ALTER TABLE "issues" ADD CONSTRAINT "issues_parent_id_issues_id_fk"
+    FOREIGN KEY ("parent_id") REFERENCES "issues"("id");
+ALTER TABLE "issues" ADD CONSTRAINT "issues_assignee_agent_id_agents_id_fk"
+    FOREIGN KEY ("assignee_agent_id") REFERENCES "agents"("id");
+ALTER TABLE "issues" ADD CONSTRAINT "issues_checkout_run_id_heartbeat_runs_id_fk"
+    FOREIGN KEY ("checkout_run_id") REFERENCES "heartbeat_runs"("id") ON DELETE set null;
+ALTER TABLE "issues" ADD CONSTRAINT "issues_execution_run_id_heartbeat_runs_id_fk"
+    FOREIGN KEY ("execution_run_id") REFERENCES "heartbeat_runs"("id") ON DELETE set null;
+ALTER TABLE "issues" ADD CONSTRAINT "issues_execution_workspace_id_execution_workspaces_id_fk"
+    FOREIGN KEY ("execution_workspace_id") REFERENCES "execution_workspaces"("id") ON DELETE set null;
+ALTER TABLE "execution_workspaces" ADD CONSTRAINT "execution_workspaces_company_id_companies_id_fk"
+    FOREIGN KEY ("company_id") REFERENCES "companies"("id") ON DELETE cascade;
+ALTER TABLE "execution_workspaces" ADD CONSTRAINT "execution_workspaces_source_issue_id_issues_id_fk"
+    FOREIGN KEY ("source_issue_id") REFERENCES "issues"("id") ON DELETE set null;
+ALTER TABLE "execution_workspaces" ADD CONSTRAINT "execution_workspaces_derived_from_fk"
+    FOREIGN KEY ("derived_from_execution_workspace_id") REFERENCES "execution_workspaces"("id") ON DELETE set null;
+ALTER TABLE "heartbeat_runs" ADD CONSTRAINT "heartbeat_runs_company_id_companies_id_fk"
+    FOREIGN KEY ("company_id") REFERENCES "companies"("id");
+ALTER TABLE "heartbeat_runs" ADD CONSTRAINT "heartbeat_runs_agent_id_agents_id_fk"
+    FOREIGN KEY ("agent_id") REFERENCES "agents"("id");
+ALTER TABLE "heartbeat_runs" ADD CONSTRAINT "heartbeat_runs_retry_of_run_id_fk"
+    FOREIGN KEY ("retry_of_run_id") REFERENCES "heartbeat_runs"("id") ON DELETE set null;
+ALTER TABLE "environment_leases" ADD CONSTRAINT "environment_leases_company_id_companies_id_fk"
+    FOREIGN KEY ("company_id") REFERENCES "companies"("id") ON DELETE cascade;
+ALTER TABLE "environment_leases" ADD CONSTRAINT "environment_leases_environment_id_environments_id_fk"
+    FOREIGN KEY ("environment_id") REFERENCES "environments"("id") ON DELETE cascade;
+ALTER TABLE "environment_leases" ADD CONSTRAINT "environment_leases_execution_workspace_id_execution_workspaces_id_fk"
+    FOREIGN KEY ("execution_workspace_id") REFERENCES "execution_workspaces"("id") ON DELETE set null;
+ALTER TABLE "environment_leases" ADD CONSTRAINT "environment_leases_issue_id_issues_id_fk"
+    FOREIGN KEY ("issue_id") REFERENCES "issues"("id") ON DELETE set null;
+ALTER TABLE "environment_leases" ADD CONSTRAINT "environment_leases_heartbeat_run_id_heartbeat_runs_id_fk"
+    FOREIGN KEY ("heartbeat_run_id") REFERENCES "heartbeat_runs"("id") ON DELETE set null;
+ALTER TABLE "issue_recovery_actions" ADD CONSTRAINT "issue_recovery_actions_company_id_companies_id_fk"
+    FOREIGN KEY ("company_id") REFERENCES "companies"("id");
+ALTER TABLE "issue_recovery_actions" ADD CONSTRAINT "issue_recovery_actions_source_issue_id_issues_id_fk"
+    FOREIGN KEY ("source_issue_id") REFERENCES "issues"("id") ON DELETE cascade;
+ALTER TABLE "issue_recovery_actions" ADD CONSTRAINT "issue_recovery_actions_recovery_issue_id_issues_id_fk"
+    FOREIGN KEY ("recovery_issue_id") REFERENCES "issues"("id") ON DELETE set null;
+ALTER TABLE "work_folder_runs" ADD CONSTRAINT "work_folder_runs_run_id_heartbeat_runs_id_fk"
+    FOREIGN KEY ("run_id") REFERENCES "heartbeat_runs"("id") ON DELETE cascade;
+ALTER TABLE "work_folder_runs" ADD CONSTRAINT "work_folder_runs_company_id_companies_id_fk"
+    FOREIGN KEY ("company_id") REFERENCES "companies"("id") ON DELETE cascade;
+
+-- Paperclip's own indexes on these tables (none is on updated_at except the
+-- ones marked: the mirror must not assume an index it cannot create).
+CREATE INDEX "environments_company_status_idx" ON "environments" USING btree ("company_id","status");
+CREATE INDEX "environments_company_name_idx" ON "environments" USING btree ("company_id","name");
+CREATE UNIQUE INDEX "environments_company_driver_idx" ON "environments" USING btree ("company_id","driver")
+    WHERE "driver" = 'local';
+CREATE INDEX "issues_company_status_idx" ON "issues" USING btree ("company_id","status");
+CREATE INDEX "issues_company_execution_workspace_idx" ON "issues" USING btree ("company_id","execution_workspace_id");
+CREATE UNIQUE INDEX "issues_identifier_idx" ON "issues" USING btree ("identifier");
+CREATE INDEX "execution_workspaces_company_source_issue_idx" ON "execution_workspaces" USING btree ("company_id","source_issue_id");
+CREATE INDEX "execution_workspaces_company_last_used_idx" ON "execution_workspaces" USING btree ("company_id","last_used_at");
+CREATE INDEX "heartbeat_runs_company_agent_started_idx" ON "heartbeat_runs" USING btree ("company_id","agent_id","started_at");
+CREATE INDEX "heartbeat_runs_company_ctx_issue_created_idx" ON "heartbeat_runs" USING btree ("company_id",("context_snapshot" ->> 'issueId'),"created_at" DESC);
+CREATE INDEX "environment_leases_company_environment_status_idx" ON "environment_leases" USING btree ("company_id","environment_id","status");
+CREATE INDEX "environment_leases_company_execution_workspace_idx" ON "environment_leases" USING btree ("company_id","execution_workspace_id");
+CREATE INDEX "environment_leases_company_issue_idx" ON "environment_leases" USING btree ("company_id","issue_id");
+CREATE INDEX "environment_leases_heartbeat_run_idx" ON "environment_leases" USING btree ("heartbeat_run_id");
+CREATE INDEX "environment_leases_company_last_used_idx" ON "environment_leases" USING btree ("company_id","last_used_at");
+CREATE INDEX "environment_leases_provider_lease_idx" ON "environment_leases" USING btree ("provider_lease_id");
+CREATE UNIQUE INDEX "environment_leases_active_workspace_singleflight_idx" ON "environment_leases" USING btree ("environment_id","execution_workspace_id")
+    WHERE "status" = 'active' and "execution_workspace_id" is not null and "lease_policy" = 'ephemeral';
+CREATE INDEX "issue_recovery_actions_company_source_status_idx" ON "issue_recovery_actions" USING btree ("company_id","source_issue_id","status");
+CREATE UNIQUE INDEX "issue_recovery_actions_active_source_uq" ON "issue_recovery_actions" USING btree ("company_id","source_issue_id")
+    WHERE "status" in ('active', 'escalated');
+CREATE INDEX "work_folder_runs_company_idx" ON "work_folder_runs" USING btree ("company_id");

@@ -1,17 +1,26 @@
 """One mirror iteration: read changed Paperclip rows, upsert console rows in bulk.
 
-Tables are read in dependency order inside one read-only snapshot; each page
-is written in one console transaction with a fixed number of queries (find
-missing references, create them as placeholders, upsert the rows, insert
-receipts, upsert intents). Everything is idempotent: upserts by id, receipts
-with ignore-on-conflict on (lease, kind, request id), intents by derived ids.
-A row that cannot be read is reported and skipped; the mirror goes on.
+Before reading, the mirror asks Paperclip's catalog which of its tables and
+columns exist: an older installation lacks some (work_folder_runs,
+heartbeat_runs.native_issue_id), and a missing table is skipped with a warning
+in the summary, never an aborted iteration. Only the columns the mirror uses
+are selected.
+
+Tables are read in dependency order inside one read-only snapshot, each
+through one server-side cursor; each page is written in one console
+transaction with a fixed number of queries (find missing references, create
+them as placeholders, upsert the rows, insert receipts, upsert intents and
+exports, settle the ones whose metadata key disappeared). Everything is
+idempotent: upserts by id, receipts with ignore-on-conflict on (lease, kind,
+request id), intents and exports by derived ids. A row that cannot be read is
+reported, counted by reason and skipped; the mirror goes on.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,12 +32,20 @@ from django.utils import timezone
 
 from sandboxes.logging import log_context
 from sandboxes.models import (
+    Environment,
     EnvironmentLease,
     ExecutionWorkspace,
     LeaseIntent,
+    PendingExport,
     Receipt,
 )
-from sandboxes.models.choices import SaveState
+from sandboxes.models.choices import (
+    ExportState,
+    IntentKind,
+    IntentState,
+    ReceiptKind,
+    TerminationState,
+)
 
 from . import source, translate
 from .cursor import CursorStore
@@ -42,19 +59,76 @@ class Table:
     name: str
     pk: str
     translate: Callable
+    required: tuple[str, ...]  # without these the table cannot be read
+    optional: tuple[str, ...] = ()  # read when present, else taken as NULL
 
 
 # Dependency order: rows named by later tables usually exist by then, and a
 # forward reference (an issue bound to a workspace not yet read) becomes a
 # placeholder that the later table fills in within the same iteration.
+# Columns are Paperclip's (packages/db/src/schema/*.ts).
 TABLES = (
-    Table("environments", "id", translate.environment),
-    Table("issues", "id", translate.issue),
-    Table("execution_workspaces", "id", translate.execution_workspace),
-    Table("heartbeat_runs", "id", translate.heartbeat_run),
-    Table("environment_leases", "id", translate.environment_lease),
-    Table("work_folder_runs", "run_id", translate.work_folder_run),
-    Table("issue_recovery_actions", "id", translate.recovery_action),
+    Table(
+        "environments",
+        "id",
+        translate.environment,
+        ("id", "driver", "status", "updated_at"),
+        ("name", "config"),
+    ),
+    Table(
+        "issues",
+        "id",
+        translate.issue,
+        ("id", "status", "updated_at"),
+        ("identifier", "title", "execution_workspace_id"),
+    ),
+    Table(
+        "execution_workspaces",
+        "id",
+        translate.execution_workspace,
+        ("id", "updated_at"),
+        ("source_issue_id", "status", "metadata"),
+    ),
+    Table(
+        "heartbeat_runs",
+        "id",
+        translate.heartbeat_run,
+        ("id", "status", "updated_at"),
+        ("native_issue_id", "context_snapshot", "started_at", "finished_at"),
+    ),
+    Table(
+        "environment_leases",
+        "id",
+        translate.environment_lease,
+        ("id", "environment_id", "status", "lease_policy", "provider_lease_id", "updated_at"),
+        (
+            "provider",
+            "execution_workspace_id",
+            "issue_id",
+            "heartbeat_run_id",
+            "acquired_at",
+            "last_used_at",
+            "expires_at",
+            "released_at",
+            "failure_reason",
+            "cleanup_status",
+            "metadata",
+        ),
+    ),
+    Table(
+        "work_folder_runs",
+        "run_id",
+        translate.work_folder_run,
+        ("run_id", "manifest", "state", "updated_at"),
+        ("baselines", "last_saved_at"),
+    ),
+    Table(
+        "issue_recovery_actions",
+        "id",
+        translate.recovery_action,
+        ("id", "source_issue_id", "kind", "status", "updated_at"),
+        ("outcome", "evidence"),
+    ),
 )
 
 
@@ -64,6 +138,10 @@ class Problem:
     row_id: str
     reason: str
     action: str  # "skipped" or "quarantined"
+    kind: str = ""  # groups like problems in the summary
+
+    def __post_init__(self):
+        self.kind = self.kind or self.reason
 
 
 @dataclass
@@ -80,12 +158,19 @@ class MirrorReport:
     tables: dict[str, TableCounts] = field(default_factory=dict)
     receipts: int = 0
     intents: int = 0
+    settled: int = 0
     problems: list[Problem] = field(default_factory=list)
+    tables_missing: list[str] = field(default_factory=list)
+    columns_missing: list[str] = field(default_factory=list)  # "table.column"
     seconds: float = 0.0
 
     @property
     def rows_read(self) -> int:
         return sum(t.read for t in self.tables.values())
+
+    @property
+    def rows_mirrored(self) -> int:
+        return sum(t.applied for t in self.tables.values())
 
     @property
     def skipped(self) -> int:
@@ -95,14 +180,33 @@ class MirrorReport:
     def quarantined(self) -> int:
         return sum(t.quarantined for t in self.tables.values())
 
+    def by_reason(self, action: str) -> Counter:
+        """(table, reason kind) → rows, for one action ("skipped"/"quarantined")."""
+        return Counter((p.table, p.kind) for p in self.problems if p.action == action)
+
+    @staticmethod
+    def _reasons(counts: Counter) -> str:
+        return "; ".join(f"{table}: {kind} ×{n}" for (table, kind), n in sorted(counts.items()))
+
     def summary(self) -> str:
-        parts = [f"{name} {c.read}" for name, c in self.tables.items() if c.read]
-        return (
-            f"mirrored {self.rows_read} rows from {self.source} in {self.seconds:.1f}s"
-            f" ({', '.join(parts) or 'nothing changed'}); {self.receipts} new receipts,"
-            f" {self.intents} intents; {self.skipped} rows skipped and"
-            f" {self.quarantined} quarantined for unreadable data"
+        """One line: rows mirrored, skipped by reason, quarantined by reason,
+        tables (and columns) missing."""
+        parts = [f"{name} {c.applied}/{c.read}" for name, c in self.tables.items() if c.read]
+        line = (
+            f"mirrored {self.rows_mirrored} of {self.rows_read} rows read from {self.source}"
+            f" in {self.seconds:.1f}s ({', '.join(parts) or 'nothing changed'});"
+            f" {self.receipts} new receipts, {self.intents} pending intents and exports,"
+            f" {self.settled} settled"
         )
+        skipped, quarantined = self.by_reason("skipped"), self.by_reason("quarantined")
+        line += f"; skipped {self.skipped}" + (f" ({self._reasons(skipped)})" if skipped else "")
+        line += f"; quarantined {self.quarantined}" + (
+            f" ({self._reasons(quarantined)})" if quarantined else ""
+        )
+        line += "; tables missing: " + (", ".join(self.tables_missing) or "none")
+        if self.columns_missing:
+            line += "; columns missing: " + ", ".join(self.columns_missing)
+        return line
 
 
 # --- writing ----------------------------------------------------------------------
@@ -142,72 +246,155 @@ def _newer_than_stored(model: type[models.Model], rows: list[Row]) -> list[Row]:
     return fresh
 
 
-def _upsert(model: type[models.Model], rows: list[Row]) -> None:
+def _upsert(model: type[models.Model], rows: list[Row]) -> list[Row]:
     rows = _newer_than_stored(model, rows) if rows else rows
     if not rows:
-        return
+        return rows
     fields = sorted({f for row in rows for f in row.fields})
     objs = [model(pk=row.pk, placeholder=bool(row.quarantined), **row.fields) for row in rows]
     update_fields = [model._meta.get_field(f).name for f in fields] + ["placeholder", "updated_at"]
     model.objects.bulk_create(
         objs,
-        batch_size=500,
+        batch_size=1000,
         update_conflicts=True,
         unique_fields=["id"],
         update_fields=update_fields,
     )
+    return rows
 
 
-def _write_rows(rows: list[Row], report: MirrorReport) -> None:
+def _fill_providers(rows: list[Row]) -> None:
+    """environment_leases.provider is nullable: a lease without one is its
+    environment's provider (config.provider, else its driver). 1 query."""
+    missing = {row.fields["environment_id"] for row in rows if not row.fields["provider"]}
+    if not missing:
+        return
+    known = dict(
+        Environment.objects.filter(pk__in=missing, placeholder=False).values_list("pk", "provider")
+    )
+    for row in rows:
+        if not row.fields["provider"]:
+            # An unknown environment's provider is unknown: listed, never driven.
+            row.fields["provider"] = known.get(row.fields["environment_id"]) or "unknown"
+
+
+def _settle(rows: list[Row], report: MirrorReport) -> None:
+    """Paperclip removes sandboxStopAndRetain / nativeWorkspaceExportResume when
+    the stop settles (sandbox-stop-and-retain.ts settleStopOnlyCleanup,
+    native-workspace-export-resume.ts): a mirrored intent or export whose key
+    disappeared is settled. With a stop receipt beside it, it was confirmed
+    (export done); without, it was withdrawn (cancelled / failed). 4 queries."""
+    stopped, dropped_intents, dropped_exports = set(), set(), set()
+    for row in rows:
+        if row.quarantined:
+            continue  # unreadable metadata says nothing about its keys
+        if any(
+            r["kind"] == ReceiptKind.STOP_AND_RETAIN or r["state"] == TerminationState.STOPPED
+            for r in row.receipts
+        ):
+            stopped.add(row.pk)
+        if not row.intents:
+            dropped_intents.add(translate.intent_id(row.pk, IntentKind.STOP_AND_RETAIN))
+        if not row.exports:
+            dropped_exports.add(translate.export_id(row.pk))
+    if dropped_intents:
+        pending = LeaseIntent.objects.filter(pk__in=dropped_intents, state=IntentState.PENDING)
+        report.settled += pending.filter(lease_id__in=stopped).update(
+            state=IntentState.CONFIRMED, updated_at=timezone.now()
+        )
+        report.settled += pending.update(state=IntentState.CANCELLED, updated_at=timezone.now())
+    if dropped_exports:
+        pending = PendingExport.objects.filter(pk__in=dropped_exports, state=ExportState.PENDING)
+        report.settled += pending.filter(lease_id__in=stopped).update(
+            state=ExportState.DONE, updated_at=timezone.now()
+        )
+        report.settled += pending.update(state=ExportState.FAILED, updated_at=timezone.now())
+
+
+def _write_rows(rows: list[Row], report: MirrorReport) -> int:
+    model = rows[0].model
+    if model is EnvironmentLease:
+        _fill_providers(rows)
     refs: dict[type, set[UUID]] = {}
     for row in rows:
-        for model, ids in row.refs.items():
-            refs.setdefault(model, set()).update(ids)
-    own = {row.pk for row in rows}
-    if rows:
-        refs[rows[0].model] = refs.get(rows[0].model, set()) - own
+        for ref_model, ids in row.refs.items():
+            refs.setdefault(ref_model, set()).update(ids)
+    refs[model] = refs.get(model, set()) - {row.pk for row in rows}
     _ensure_exist(refs)
-    _upsert(rows[0].model, rows)
+    fresh = _upsert(model, rows)
 
     receipts = [Receipt(actor="paperclip", **r) for row in rows for r in row.receipts]
     if receipts:
-        before = Receipt.objects.filter(lease_id__in=[r.lease_id for r in receipts]).count()
-        Receipt.objects.bulk_create(receipts, batch_size=500, ignore_conflicts=True)
-        after = Receipt.objects.filter(lease_id__in=[r.lease_id for r in receipts]).count()
-        report.receipts += after - before
-    intents = [LeaseIntent(placeholder=False, **i) for row in rows for i in row.intents]
+        leases = {r.lease_id for r in receipts}
+        before = Receipt.objects.filter(lease_id__in=leases).count()
+        Receipt.objects.bulk_create(receipts, batch_size=1000, ignore_conflicts=True)
+        report.receipts += Receipt.objects.filter(lease_id__in=leases).count() - before
+    intents = [LeaseIntent(placeholder=False, **i) for row in fresh for i in row.intents]
     if intents:
         LeaseIntent.objects.bulk_create(
             intents,
-            batch_size=500,
+            batch_size=1000,
             update_conflicts=True,
             unique_fields=["id"],
             update_fields=["lease", "kind", "state", "request_id", "placeholder", "updated_at"],
         )
         report.intents += len(intents)
+    exports = [PendingExport(placeholder=False, **e) for row in fresh for e in row.exports]
+    if exports:
+        PendingExport.objects.bulk_create(
+            exports,
+            batch_size=1000,
+            update_conflicts=True,
+            unique_fields=["id"],
+            update_fields=["lease", "state", "placeholder", "updated_at"],
+        )
+        report.intents += len(exports)
+    if model is EnvironmentLease:
+        _settle(fresh, report)
+    return len(fresh)
 
 
 def _write_saves(saves: list[Save], counts: TableCounts, report: MirrorReport) -> None:
-    """A committed save becomes the workspace's durable save; an older one never
-    overwrites a newer one."""
-    leases = dict(
-        EnvironmentLease.objects.filter(pk__in={s.lease_id for s in saves}).values_list(
-            "pk", "execution_workspace_id"
-        )
+    """A committed save becomes the durable save of its sandbox's workspace; an
+    older one never overwrites a newer one. The sandbox is found by the
+    manifest's leaseId, else by its sandboxKey (the provider's sandbox id; the
+    newest lease on it). 3 queries and one bulk update."""
+    by_id = dict(
+        EnvironmentLease.objects.filter(
+            pk__in={s.lease_id for s in saves if s.lease_id}
+        ).values_list("pk", "execution_workspace_id")
     )
-    workspace_ids = {ws for ws in leases.values() if ws is not None}
-    workspaces = {ws.pk: ws for ws in ExecutionWorkspace.objects.filter(pk__in=workspace_ids)}
+    keys = {s.sandbox_key for s in saves if s.sandbox_key and s.lease_id not in by_id}
+    by_key: dict[str, UUID | None] = {}
+    if keys:
+        for key, ws in (
+            EnvironmentLease.objects.filter(provider_lease_id__in=keys)
+            .order_by("provider_lease_id", "-acquired_at")
+            .values_list("provider_lease_id", "execution_workspace_id")
+        ):
+            by_key.setdefault(key, ws)
+    workspace_of = {
+        s.run_id: (by_id[s.lease_id] if s.lease_id in by_id else by_key.get(s.sandbox_key))
+        for s in saves
+    }
+    workspaces = {
+        ws.pk: ws
+        for ws in ExecutionWorkspace.objects.filter(
+            pk__in={w for w in workspace_of.values() if w is not None}
+        )
+    }
     changed: dict[UUID, ExecutionWorkspace] = {}
     now = timezone.now()
-    for save in saves:
-        ws = workspaces.get(leases.get(save.lease_id))
+    for save in sorted(saves, key=lambda s: s.saved_at or now):
+        ws = workspaces.get(workspace_of[save.run_id])
         if ws is None:
             _problem(
                 report,
                 counts,
                 "work_folder_runs",
                 save.run_id,
-                f"lease {save.lease_id} is unknown or has no workspace",
+                f"lease {save.lease_id or save.sandbox_key} is unknown or has no workspace",
+                kind="names an unknown lease or one without a workspace",
             )
             continue
         if save.saved_at and ws.saved_at and save.saved_at < ws.saved_at:
@@ -215,8 +402,8 @@ def _write_saves(saves: list[Save], counts: TableCounts, report: MirrorReport) -
             continue
         ws.save_state = save.state
         ws.updated_at = now
-        if save.state == SaveState.SAVED:
-            ws.saved_manifest = save.manifest or {}
+        if save.manifest is not None:
+            ws.saved_manifest = save.manifest
             ws.saved_at = save.saved_at
             ws.final_checkpoint_at = save.final_checkpoint_at
         changed[ws.pk] = ws
@@ -228,8 +415,8 @@ def _write_saves(saves: list[Save], counts: TableCounts, report: MirrorReport) -
         )
 
 
-def _problem(report, counts, table, row_id, reason, action="skipped") -> None:
-    report.problems.append(Problem(table, str(row_id), reason, action))
+def _problem(report, counts, table, row_id, reason, action="skipped", kind="") -> None:
+    report.problems.append(Problem(table, str(row_id), reason, action, kind))
     if action == "skipped":
         counts.skipped += 1
     else:
@@ -245,29 +432,59 @@ def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
     translated = []
     for src in page:
         try:
-            row = table.translate(src)
+            out = table.translate(src)
         except Malformed as exc:
-            _problem(report, counts, table.name, src.get(table.pk), str(exc))
+            _problem(report, counts, table.name, src.get(table.pk), str(exc), kind=exc.kind)
             continue
-        if isinstance(row, Row) and isinstance(src.get("updated_at"), datetime):
-            # The source time of what the mirror writes, as ingest records an
-            # event's occurred_at: the newer of the two writers wins.
-            row.fields["source_updated_at"] = src["updated_at"]
-        translated.append(row)
+        for row in out if isinstance(out, list) else [out]:
+            if isinstance(row, Row) and isinstance(src.get("updated_at"), datetime):
+                # The source time of what the mirror writes, as ingest records an
+                # event's occurred_at: the newer of the two writers wins.
+                row.fields["source_updated_at"] = src["updated_at"]
+            translated.append(row)
     if not translated:
         return
     with transaction.atomic():
         if table.name == "work_folder_runs":
             _write_saves(translated, counts, report)
             return
+        quarantined = 0
         for row in translated:
             if row.quarantined:
-                _problem(report, counts, table.name, row.pk, row.quarantined, "quarantined")
-        _write_rows(translated, report)
-        counts.applied += sum(1 for row in translated if not row.quarantined)
+                quarantined += 1
+                _problem(
+                    report,
+                    counts,
+                    table.name,
+                    row.pk,
+                    row.quarantined,
+                    "quarantined",
+                    row.quarantine_kind,
+                )
+        written = _write_rows(translated, report)
+        counts.applied += max(0, written - quarantined)
 
 
 # --- one iteration ------------------------------------------------------------------
+
+
+def readable_columns(table: Table, present: set[str] | None, report: MirrorReport):
+    """The columns to select from `table`, or None when it cannot be read (it
+    does not exist, or lacks a column the mirror needs): a warning in the
+    summary, never an aborted iteration."""
+    if present is None:
+        report.tables_missing.append(table.name)
+        log.warning("mirror: Paperclip has no table %s; skipped", table.name)
+        return None
+    lacking = [c for c in table.required if c not in present]
+    if lacking:
+        report.tables_missing.append(f"{table.name} (no {', '.join(lacking)})")
+        log.warning("mirror: %s lacks %s; skipped", table.name, ", ".join(lacking))
+        return None
+    for column in table.optional:
+        if column not in present:
+            report.columns_missing.append(f"{table.name}.{column}")
+    return [c for c in (*table.required, *table.optional) if c in present]
 
 
 def mirror_once(
@@ -284,12 +501,21 @@ def mirror_once(
         store = CursorStore(report.source)
         cursors = {} if full else store.load()
         with conn.transaction():
+            schema = source.columns_by_table(conn, [t.name for t in TABLES])
             for table in TABLES:
                 report.tables.setdefault(table.name, TableCounts())
+                columns = readable_columns(table, schema.get(table.name), report)
+                if columns is None:
+                    continue
                 since = cursors.get(table.name)
                 newest: datetime | None = None
                 for page in source.changed_rows(
-                    conn, table.name, table.pk, since - overlap if since else None, batch_size
+                    conn,
+                    table.name,
+                    table.pk,
+                    columns,
+                    since - overlap if since else None,
+                    batch_size,
                 ):
                     apply_page(table, page, report)
                     newest = page[-1]["updated_at"]

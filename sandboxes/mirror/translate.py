@@ -1,10 +1,17 @@
 """Paperclip rows → console rows: pure functions over the source's dicts.
 
-Each translator returns a `Row` (the console fields, the ids it references,
-the receipts and intents its metadata holds) or raises `Malformed` with a
-reason the mirror reports. A lease whose metadata cannot be read is still
-mirrored (its status matters to other rows' holds) but *quarantined*: stored
-as a placeholder, so the reconciler never judges it, and without receipts.
+Each translator reads Paperclip's real columns (paperclipai/paperclip
+packages/db/src/schema/*.ts; the shapes of lease metadata come from the
+writers under server/src/services/) and returns a `Row` (the console fields,
+the ids it references, the receipts, intents and exports its metadata holds)
+or raises `Malformed` with a reason the mirror reports. A lease whose metadata
+cannot be read is still mirrored (its status matters to other rows' holds) but
+*quarantined*: stored as a placeholder, so the reconciler never judges it, and
+without receipts.
+
+Paperclip declares no CHECK on its status-like text columns: a newer Paperclip
+may write a value this console does not know. Such a row is skipped, counted
+and named ("unknown status 'paused'"), never guessed at.
 """
 
 from __future__ import annotations
@@ -35,7 +42,6 @@ from sandboxes.models.choices import (
     IssueStatus,
     LeasePolicy,
     LeaseStatus,
-    ProviderName,
     ReceiptKind,
     RecoveryStatus,
     RunStatus,
@@ -46,9 +52,27 @@ from sandboxes.models.choices import (
 # Deterministic ids for rows the mirror derives, so re-mirroring is idempotent.
 MIRROR_NAMESPACE = UUID("5f1c1d0e-7c2a-4a55-9a3e-1f6b0c9d2e47")
 
+# Work-folder scopes whose baselines are saved files (packages/shared
+# work-folders.ts WORK_FOLDER_SCOPES); "incoming:<scope>" and
+# "incomingRemoved:<scope>" keys are in-flight provenance, not a save.
+WORK_FOLDER_SCOPES = ("task", "agent", "user", "project")
+
+# Lease-metadata keys (server/src/services/…).
+TERMINATION_KEY = "remoteExecutionTermination"  # remote-execution-termination.ts
+STOP_RECEIPT_KEY = "sandboxStopAndRetainReceipt"  # sandbox-stop-and-retain.ts
+STOP_INTENT_KEY = "sandboxStopAndRetain"  # sandbox-stop-and-retain.ts
+EXPORT_RESUME_KEY = "nativeWorkspaceExportResume"  # native-workspace-export-resume.ts
+ACQUISITION_KEY = "sandboxLeaseAcquisition"  # environment-runtime.ts
+RESTORE_EVIDENCE_KEY = "workspaceRestoreRecovery"  # workspace-restore-recovery-state.ts
+
 
 class Malformed(ValueError):
-    """The row cannot be mirrored as it is; the reason is reported."""
+    """The row cannot be mirrored as it is. `reason` names the row's problem;
+    `kind` groups like problems in the summary line."""
+
+    def __init__(self, reason: str, kind: str | None = None):
+        super().__init__(reason)
+        self.kind = kind or reason
 
 
 @dataclass
@@ -59,7 +83,9 @@ class Row:
     refs: dict[type, set[UUID]] = field(default_factory=dict)
     receipts: list[dict] = field(default_factory=list)
     intents: list[dict] = field(default_factory=list)
+    exports: list[dict] = field(default_factory=list)
     quarantined: str = ""  # why, when the row is kept out of the reconciler's view
+    quarantine_kind: str = ""
 
     def ref(self, model: type, pk: UUID | None) -> UUID | None:
         if pk is not None:
@@ -80,13 +106,14 @@ def _uuid(value, what: str, *, required=False) -> UUID | None:
     try:
         return UUID(str(value))
     except ValueError:
-        raise Malformed(f"{what} is not a uuid: {value!r}") from None
+        raise Malformed(f"{what} is not a uuid: {value!r}", f"{what} is not a uuid") from None
 
 
 def _choice(value, choices, what: str, *, nullable=False) -> str | None:
     if value is None and nullable:
         return None
     if value not in choices.values:
+        # Named, so an operator sees which value a newer Paperclip added.
         raise Malformed(f"unknown {what} {value!r}")
     return value
 
@@ -104,7 +131,7 @@ def _when(value, what: str) -> datetime | None:
     else:
         parsed = None
     if parsed is None or parsed.tzinfo is None:
-        raise Malformed(f"{what} is not an RFC 3339 timestamp: {value!r}")
+        raise Malformed(f"{what} is not an RFC 3339 timestamp: {value!r}", f"{what} is not a time")
     return parsed
 
 
@@ -123,20 +150,27 @@ def _text(value, limit: int) -> str:
 # --- tables -------------------------------------------------------------------
 
 
+def environment_provider(driver: str, config: dict) -> str:
+    """Paperclip's provider key: the environment's config names it (a sandbox
+    environment's `config.provider`), else the driver is the provider
+    (`local`, `ssh`; a plugin driver without a key stays `plugin`)."""
+    provider = config.get("provider")
+    if isinstance(provider, str) and provider.strip():
+        return provider.strip()[:64]
+    return driver
+
+
 def environment(src: dict) -> Row:
     pk = _uuid(src.get("id"), "id", required=True)
     driver = _choice(src.get("driver"), EnvironmentDriver, "driver")
     config = _json_object(src.get("config"), "config")
-    provider = config.get("provider") or (
-        ProviderName.LOCAL if driver == EnvironmentDriver.LOCAL else ProviderName.DAYTONA
-    )
     return Row(
         Environment,
         pk,
         {
             "name": _text(src.get("name"), 200) or f"environment {pk}",
             "driver": driver,
-            "provider": _choice(provider, ProviderName, "provider"),
+            "provider": environment_provider(driver, config),
             "status": _choice(src.get("status"), EnvironmentStatus, "status"),
         },
     )
@@ -159,8 +193,11 @@ def execution_workspace(src: dict) -> Row:
     row = Row(ExecutionWorkspace, _uuid(src.get("id"), "id", required=True), {})
     metadata = _json_object(src.get("metadata"), "metadata")
     row.fields = {
-        "issue_id": row.ref(Issue, _uuid(src.get("issue_id"), "issue_id")),
+        # execution_workspaces.source_issue_id: the task the workspace serves.
+        "issue_id": row.ref(Issue, _uuid(src.get("source_issue_id"), "source_issue_id")),
         "status": _text(src.get("status"), 32) or "active",
+        # The writer hold (seed 003: the workspace "stayed dirty with
+        # writerRunId set to the cancelled run").
         "writer_run_id": row.ref(
             HeartbeatRun, _uuid(metadata.get("writerRunId"), "metadata.writerRunId")
         ),
@@ -168,10 +205,22 @@ def execution_workspace(src: dict) -> Row:
     return row
 
 
+def run_issue_id(src: dict) -> UUID | None:
+    """A run's task. heartbeat_runs has no issue_id: Paperclip reads it as
+    coalesce(native_issue_id::text, context_snapshot->>'issueId')
+    (server/src/services/legacy-execution-recovery.ts and the
+    heartbeat_runs_company_issue_coalesce_created_idx index)."""
+    native = _uuid(src.get("native_issue_id"), "native_issue_id")
+    if native is not None:
+        return native
+    snapshot = _json_object(src.get("context_snapshot"), "context_snapshot")
+    return _uuid(snapshot.get("issueId"), "context_snapshot.issueId")
+
+
 def heartbeat_run(src: dict) -> Row:
     row = Row(HeartbeatRun, _uuid(src.get("id"), "id", required=True), {})
     row.fields = {
-        "issue_id": row.ref(Issue, _uuid(src.get("issue_id"), "issue_id")),
+        "issue_id": row.ref(Issue, run_issue_id(src)),
         "status": _choice(src.get("status"), RunStatus, "status"),
         "started_at": _when(src.get("started_at"), "started_at"),
         "finished_at": _when(src.get("finished_at"), "finished_at"),
@@ -181,8 +230,17 @@ def heartbeat_run(src: dict) -> Row:
 
 def environment_lease(src: dict) -> Row:
     pk = _uuid(src.get("id"), "id", required=True)
+    sandbox = src.get("provider_lease_id")
+    if not isinstance(sandbox, str) or not sandbox.strip():
+        # A lease that never got a sandbox (a local run, a failed acquire):
+        # nothing at a provider to keep or retire.
+        raise Malformed("no sandbox: provider_lease_id is empty", "no sandbox id")
+    if len(sandbox) > 200:
+        raise Malformed("provider_lease_id is longer than 200 characters")
+    provider = src.get("provider")
+    if provider is not None and (not isinstance(provider, str) or len(provider) > 64):
+        raise Malformed(f"provider is not a provider key: {provider!r}", "provider is not a key")
     row = Row(EnvironmentLease, pk, {})
-    provider_lease_id = _text(src.get("provider_lease_id"), 200)
     row.fields = {
         "environment_id": row.ref(
             Environment, _uuid(src.get("environment_id"), "environment_id", required=True)
@@ -196,8 +254,9 @@ def environment_lease(src: dict) -> Row:
         ),
         "status": _choice(src.get("status"), LeaseStatus, "status"),
         "lease_policy": _choice(src.get("lease_policy"), LeasePolicy, "lease_policy"),
-        "provider": _choice(src.get("provider"), ProviderName, "provider"),
-        "provider_lease_id": provider_lease_id,
+        # Nullable in Paperclip; the sync fills a missing one from the environment.
+        "provider": (provider or "").strip(),
+        "provider_lease_id": sandbox,
         "acquired_at": _when(src.get("acquired_at"), "acquired_at"),
         "last_used_at": _when(src.get("last_used_at"), "last_used_at"),
         "expires_at": _when(src.get("expires_at"), "expires_at"),
@@ -211,122 +270,223 @@ def environment_lease(src: dict) -> Row:
     metadata = src.get("metadata")
     try:
         metadata = _json_object(metadata, "metadata")
-        receipts, intents, remote_cwd = lease_metadata(pk, provider_lease_id, metadata)
+        found = lease_metadata(pk, sandbox, metadata)
     except Malformed as exc:
-        row.quarantined = str(exc)
+        row.quarantined, row.quarantine_kind = str(exc), exc.kind
         row.fields["metadata"] = metadata if isinstance(metadata, dict) else {"raw": metadata}
         return row
-    row.fields["metadata"] = {**metadata, **({"remoteCwd": remote_cwd} if remote_cwd else {})}
-    for receipt in receipts:
+    # The canonical working directory is top-level metadata.remoteCwd; older
+    # rows kept it under reusableSandboxLease.
+    row.fields["metadata"] = dict(metadata)
+    if found.remote_cwd:
+        row.fields["metadata"]["remoteCwd"] = found.remote_cwd
+    for receipt in found.receipts:
         row.ref(HeartbeatRun, receipt["run_id"])
-    row.receipts, row.intents = receipts, intents
+    row.receipts, row.intents, row.exports = found.receipts, found.intents, found.exports
     return row
 
 
-def recovery_action(src: dict) -> Row:
-    row = Row(RecoveryAction, _uuid(src.get("id"), "id", required=True), {})
+def recovery_action(src: dict) -> list[Row]:
+    """One console row per lease the action names: Paperclip's restore
+    evidence lists them in evidence.workspaceRestoreRecovery.leaseIds
+    (legacy-execution-recovery.ts), and the reconciler counts the actions that
+    name each lease. The first keeps the action's id; the others get ids
+    derived from (action, lease). An action naming no lease counts for its task."""
+    pk = _uuid(src.get("id"), "id", required=True)
     evidence = _json_object(src.get("evidence"), "evidence")
-    row.fields = {
-        "source_issue_id": row.ref(
-            Issue, _uuid(src.get("source_issue_id"), "source_issue_id", required=True)
-        ),
+    restore = _json_object(evidence.get(RESTORE_EVIDENCE_KEY), f"evidence.{RESTORE_EVIDENCE_KEY}")
+    lease_ids = restore.get("leaseIds") or []
+    if not isinstance(lease_ids, list):
+        raise Malformed(f"evidence.{RESTORE_EVIDENCE_KEY}.leaseIds is not a list")
+    leases = list(
+        dict.fromkeys(
+            _uuid(x, f"evidence.{RESTORE_EVIDENCE_KEY}.leaseIds[]", required=True)
+            for x in lease_ids
+        )
+    )
+    fields = {
+        "source_issue_id": _uuid(src.get("source_issue_id"), "source_issue_id", required=True),
         "kind": _text(src.get("kind"), 64),
         "status": _choice(src.get("status"), RecoveryStatus, "status"),
         "outcome": _text(src.get("outcome"), 200),
         "evidence": evidence,
-        "lease_id": row.ref(EnvironmentLease, _uuid(evidence.get("leaseId"), "evidence.leaseId")),
     }
-    return row
+    rows = []
+    for i, lease_id in enumerate(leases or [None]):
+        row_pk = pk if i == 0 else uuid.uuid5(MIRROR_NAMESPACE, f"recovery:{pk}:{lease_id}")
+        row = Row(RecoveryAction, row_pk, dict(fields))
+        row.ref(Issue, fields["source_issue_id"])
+        row.fields["lease_id"] = row.ref(EnvironmentLease, lease_id)
+        rows.append(row)
+    return rows
 
 
 @dataclass(frozen=True)
 class Save:
-    """A work folder run's durable save, applied to the lease's workspace."""
+    """A work-folder run's durable save, applied to its sandbox's workspace."""
 
     run_id: UUID
-    lease_id: UUID
+    lease_id: UUID | None
+    sandbox_key: str
     state: str
     saved_at: datetime | None
     final_checkpoint_at: datetime | None
     manifest: dict | None  # path → {sha256, size}; None unless the save is committed
 
 
+def saved_manifest(baselines: dict) -> dict:
+    """path → {sha256, size} of every saved file: each scope's baseline entries
+    ({path, kind, byteSize, sha256, executable}) under "<scope>/<path>"."""
+    files = {}
+    for scope in WORK_FOLDER_SCOPES:
+        entries = baselines.get(scope)
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            raise Malformed(f"baselines[{scope!r}] is not a list")
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+                raise Malformed(f"baselines[{scope!r}] holds an entry without a path")
+            if entry.get("kind", "file") == "directory":
+                continue
+            sha, size = entry.get("sha256"), entry.get("byteSize")
+            if (
+                not isinstance(sha, str)
+                or len(sha) != 64
+                or isinstance(size, bool)
+                or not isinstance(size, int)
+                or size < 0
+            ):
+                raise Malformed(
+                    f"baselines[{scope!r}] entry {entry['path']!r} is not {{sha256, byteSize}}",
+                    "baseline entry is not {sha256, byteSize}",
+                )
+            files[f"{scope}/{entry['path']}"] = {"sha256": sha.lower(), "size": size}
+    return files
+
+
 def work_folder_run(src: dict) -> Save:
     run_id = _uuid(src.get("run_id"), "run_id", required=True)
     manifest = _json_object(src.get("manifest"), "manifest")
     state = _choice(src.get("state"), SaveState, "state")
+    final = _when(manifest.get("finalCheckpointAt"), "manifest.finalCheckpointAt")
+    lease_id = _uuid(manifest.get("leaseId"), "manifest.leaseId")
+    sandbox_key = manifest.get("sandboxKey")
+    if not isinstance(sandbox_key, str):
+        sandbox_key = ""
+    if lease_id is None and not sandbox_key:
+        raise Malformed("manifest names no lease (leaseId) or sandbox (sandboxKey)")
     files = None
-    if state == SaveState.SAVED:
-        files = {}
-        for path, entry in _json_object(manifest.get("files"), "manifest.files").items():
-            if (
-                not isinstance(entry, dict)
-                or not isinstance(entry.get("sha256"), str)
-                or len(entry["sha256"]) != 64
-                or not isinstance(entry.get("size"), int)
-                or entry["size"] < 0
-            ):
-                raise Malformed(f"manifest.files[{path!r}] is not {{sha256, size}}")
-            files[path] = {"sha256": entry["sha256"].lower(), "size": entry["size"]}
+    if state == SaveState.SAVED and final is not None:
+        files = saved_manifest(_json_object(src.get("baselines"), "baselines"))
+    elif state == SaveState.SAVED:
+        # A periodic checkpoint: durable so far, but the run may still write.
+        # Only the final checkpoint (finalCheckpointAt) is a committed save.
+        state = SaveState.SAVING
     return Save(
         run_id=run_id,
-        lease_id=_uuid(manifest.get("leaseId"), "manifest.leaseId", required=True),
+        lease_id=lease_id,
+        sandbox_key=sandbox_key[:200],
         state=state,
         saved_at=_when(src.get("last_saved_at"), "last_saved_at"),
-        final_checkpoint_at=_when(manifest.get("finalCheckpointAt"), "manifest.finalCheckpointAt"),
+        final_checkpoint_at=final,
         manifest=files,
     )
 
 
 # --- lease metadata -------------------------------------------------------------
 
-_RECEIPT_KEYS = {
-    "remoteExecutionTermination": ReceiptKind.TERMINATION,
-    "sandboxStopAndRetainReceipt": ReceiptKind.STOP_AND_RETAIN,
-}
-_INTENT_KEYS = {
-    "sandboxStopAndRetain": IntentKind.STOP_AND_RETAIN,
-    "nativeWorkspaceExportResume": IntentKind.EXPORT_RESUME,
-}
+
+@dataclass
+class LeaseMetadata:
+    receipts: list[dict]
+    intents: list[dict]
+    exports: list[dict]
+    remote_cwd: str
 
 
-def lease_metadata(
-    lease_id: UUID, provider_lease_id: str, metadata: dict
-) -> tuple[list[dict], list[dict], str]:
-    """Receipts and intents held in a lease's metadata, and its remote cwd.
+def intent_id(lease_id: UUID, kind: str) -> UUID:
+    """One mirrored intent per lease and kind: a new request replaces the old."""
+    return uuid.uuid5(MIRROR_NAMESPACE, f"intent:{lease_id}:{kind}")
 
-    Raises Malformed for a known key in an unknown or broken shape; keys the
-    console does not use are left alone.
-    """
+
+def export_id(lease_id: UUID) -> UUID:
+    return uuid.uuid5(MIRROR_NAMESPACE, f"export-resume:{lease_id}")
+
+
+def lease_metadata(lease_id: UUID, provider_lease_id: str, metadata: dict) -> LeaseMetadata:
+    """Receipts, pending intents and exports held in a lease's metadata, and its
+    remote cwd. Raises Malformed for a known key in a broken shape; keys the
+    console does not use are left alone."""
     receipts = []
-    for key, kind in _RECEIPT_KEYS.items():
-        if metadata.get(key) is not None:
-            receipts.append(_receipt(key, kind, lease_id, provider_lease_id, metadata[key]))
+    for key, kind in (
+        (TERMINATION_KEY, ReceiptKind.TERMINATION),
+        (STOP_RECEIPT_KEY, ReceiptKind.STOP_AND_RETAIN),
+    ):
+        value = metadata.get(key)
+        if value is None:
+            continue
+        data = _json_object(value, key)
+        if "schema" not in data and kind == ReceiptKind.TERMINATION:
+            # Not a bound receipt (e.g. runtime-service data deletion writes
+            # {state, providerLeaseId}): no proof of anything, not an error.
+            continue
+        receipts.append(_receipt(key, kind, lease_id, provider_lease_id, data))
+
+    # sandbox-stop-and-retain.ts: the key's presence is the pending stop
+    # (hasStopOnlyCleanup uses hasOwnProperty; "invalid pins stay pending");
+    # settling removes it. The intent has no state of its own.
     intents = []
-    for key, kind in _INTENT_KEYS.items():
-        if metadata.get(key) is not None:
-            intents.append(_intent(key, kind, lease_id, metadata[key]))
-    replaced_by = metadata.get("reusableLeaseReplacedByRunId")
-    _uuid(replaced_by, "reusableLeaseReplacedByRunId")
-    _json_object(metadata.get("sandboxLeaseAcquisition"), "sandboxLeaseAcquisition")
-    reusable = _json_object(metadata.get("reusableSandboxLease"), "reusableSandboxLease")
-    remote_cwd = reusable.get("remoteCwd")
+    if STOP_INTENT_KEY in metadata:
+        value = metadata[STOP_INTENT_KEY]
+        request_id = value.get("requestId") if isinstance(value, dict) else None
+        intents.append(
+            {
+                "id": intent_id(lease_id, IntentKind.STOP_AND_RETAIN),
+                "lease_id": lease_id,
+                "kind": IntentKind.STOP_AND_RETAIN,
+                "state": IntentState.PENDING,
+                "request_id": request_id[:200] if isinstance(request_id, str) else "",
+            }
+        )
+    # native-workspace-export-resume.ts: written before resuming a retained
+    # sandbox to export its files; present = the export is in flight.
+    exports = []
+    if EXPORT_RESUME_KEY in metadata:
+        exports.append({"id": export_id(lease_id), "lease_id": lease_id, "state": "pending"})
+
+    acquisition = metadata.get(ACQUISITION_KEY)
+    if acquisition is not None:
+        _json_object(acquisition, ACQUISITION_KEY)
+    remote_cwd = metadata.get("remoteCwd")
+    if remote_cwd is None:
+        reusable = _json_object(metadata.get("reusableSandboxLease"), "reusableSandboxLease")
+        remote_cwd = reusable.get("remoteCwd")
     if remote_cwd is not None and (not isinstance(remote_cwd, str) or not remote_cwd.strip()):
-        raise Malformed("reusableSandboxLease.remoteCwd is not a path")
-    return receipts, intents, remote_cwd or ""
+        raise Malformed("remoteCwd is not a path")
+    return LeaseMetadata(receipts, intents, exports, remote_cwd or "")
 
 
-def _receipt(key: str, kind: str, lease_id: UUID, provider_lease_id: str, value) -> dict:
-    data = _json_object(value, key)
+def _receipt(key: str, kind: str, lease_id: UUID, provider_lease_id: str, data: dict) -> dict:
+    """remote-execution-termination.ts remoteTerminationReceipt: {schema,
+    companyId, runId, leaseId, provider, providerLeaseId, state, confirmedAt};
+    sandbox-stop-and-retain.ts adds the stop-and-retain receipt {schema,
+    requestId, companyId, runId, leaseId, provider, providerLeaseId,
+    pluginId+method | builtinProvider+method, confirmedAt} (no state: a stop)."""
     schema = data.get("schema")
     if schema != RECEIPT_SCHEMAS[kind]:
-        raise Malformed(f"{key} has unknown schema {schema!r}")
+        raise Malformed(f"{key} has unknown schema {schema!r}", f"{key} has an unknown schema")
     state = data.get("state", TerminationState.STOPPED if kind != ReceiptKind.TERMINATION else None)
     state = _choice(state, TerminationState, f"{key}.state")
     if _uuid(data.get("leaseId"), f"{key}.leaseId", required=True) != lease_id:
-        raise Malformed(f"{key} names another lease ({data.get('leaseId')})")
+        raise Malformed(
+            f"{key} names another lease ({data.get('leaseId')})", f"{key} names another lease"
+        )
     if data.get("providerLeaseId") != provider_lease_id or not provider_lease_id:
-        raise Malformed(f"{key} names another sandbox ({data.get('providerLeaseId')!r})")
+        raise Malformed(
+            f"{key} names another sandbox ({data.get('providerLeaseId')!r})",
+            f"{key} names another sandbox",
+        )
     run_id = _uuid(data.get("runId"), f"{key}.runId")
     confirmed_at = _when(data.get("confirmedAt"), f"{key}.confirmedAt")
     if confirmed_at is None:
@@ -347,20 +507,4 @@ def _receipt(key: str, kind: str, lease_id: UUID, provider_lease_id: str, value)
         "confirmed_at": confirmed_at,
         "request_id": request_id[:200],
         "payload": {**data, "source": "paperclip-mirror", "metadataKey": key},
-    }
-
-
-def _intent(key: str, kind: str, lease_id: UUID, value) -> dict:
-    data = _json_object(value, key)
-    state = _choice(data.get("state"), IntentState, f"{key}.state")
-    request_id = data.get("requestId")
-    if request_id is not None and not isinstance(request_id, str):
-        raise Malformed(f"{key}.requestId is not a string")
-    return {
-        # One intent per lease and kind: a new request replaces the old one's state.
-        "id": uuid.uuid5(MIRROR_NAMESPACE, f"intent:{lease_id}:{kind}"),
-        "lease_id": lease_id,
-        "kind": kind,
-        "state": state,
-        "request_id": (request_id or "")[:200],
     }

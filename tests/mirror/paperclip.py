@@ -1,9 +1,30 @@
-"""A scratch PostgreSQL database standing in for a real Paperclip instance, with
-builders that write rows in Paperclip's own shapes (snake_case columns,
-camelCase metadata)."""
+"""A scratch PostgreSQL database built from Paperclip's real DDL
+(sandboxes/mirror/paperclip_schema.sql, rebuilt from paperclipai/paperclip
+packages/db/src/schema/*.ts and its migrations), and a row builder that writes
+rows exactly as Paperclip's TypeScript does:
+
+- receipts as remote-execution-termination.ts `remoteTerminationReceipt` and
+  sandbox-stop-and-retain.ts `settleStopOnlyCleanup` write them;
+- the stop intent as `prepareSandboxStopAndRetain` writes it (lease →
+  pending_cleanup, failure_reason sandbox_stop_pending) and its settlement
+  (key removed, receipts added, lease → released);
+- the export-resume marker as native-workspace-export-resume.ts reads it;
+- `sandboxLeaseAcquisition` as adapter-utils' SandboxLeaseAcquisition
+  ({outcome: created | resumed | replacement, providerLeaseId, reason?});
+- work_folder_runs as server/src/services/sandbox-work-folders
+  (prepareSandboxWorkFolders) writes them: manifest {version, companyId,
+  runId, taskId, agentId, …, leaseId, sandboxKey, home, finalCheckpointAt?,
+  folders, repositories} and baselines {scope: [{path, kind, byteSize,
+  sha256, executable}]};
+- restore recovery as legacy-execution-recovery.ts: the action's evidence
+  {workspaceRestoreRecovery: {schema, leaseIds: [...]}} and the lease's
+  metadata {workspaceRestoreRecovery: {schema, runId}} with lease_policy
+  retain_on_failure.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -12,20 +33,29 @@ from pathlib import Path
 import psycopg
 from psycopg.types.json import Jsonb
 
-from sandboxes.models import RECEIPT_SCHEMAS, ReceiptKind
-
 SCHEMA = Path(__file__).resolve().parents[2] / "sandboxes/mirror/paperclip_schema.sql"
 SERVER = "postgresql://postgres@127.0.0.1:5432"
-COMPANY = uuid.UUID("00000000-0000-4000-8000-00000000c0de")
+TABLES = (
+    "work_folder_runs",
+    "issue_recovery_actions",
+    "environment_leases",
+    "heartbeat_runs",
+    "execution_workspaces",
+    "issues",
+    "environments",
+    "agents",
+    "companies",
+)
+RESTORE_SCHEMA = "paperclip.workspace-restore-recovery.v1"
 
 
-def create_database(name: str) -> str:
+def create_database(name: str, ddl: str | None = None) -> str:
     with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     dsn = f"{SERVER}/{name}"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(SCHEMA.read_text())
+        conn.execute(ddl if ddl is not None else SCHEMA.read_text())
     return dsn
 
 
@@ -42,28 +72,75 @@ def ago(**kwargs) -> datetime:
     return datetime.now(UTC) - timedelta(**kwargs)
 
 
-def termination(lease: dict, *, state="stopped", run_id=None, **overrides) -> dict:
+def iso(at: datetime) -> str:
+    """JavaScript's Date.toISOString(): UTC, milliseconds, a Z."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- lease metadata in Paperclip's shapes --------------------------------------
+
+
+def termination(lease: dict, *, state="stopped", at: datetime | None = None, **overrides) -> dict:
+    """remote-execution-termination.ts remoteTerminationReceipt(lease, receipt)."""
     return {
-        "schema": RECEIPT_SCHEMAS[ReceiptKind.TERMINATION],
-        "state": state,
-        "runId": str(run_id or lease["heartbeat_run_id"]),
+        "schema": "paperclip.remote-termination.v1",
+        "companyId": str(lease["company_id"]),
+        "runId": str(lease["heartbeat_run_id"]),
         "leaseId": str(lease["id"]),
+        "provider": lease["provider"],
         "providerLeaseId": lease["provider_lease_id"],
-        "confirmedAt": ago(hours=1).isoformat(),
+        "state": state,
+        "confirmedAt": iso(at or ago(hours=1)),
         **overrides,
     }
 
 
-def stop_and_retain_receipt(lease: dict, **overrides) -> dict:
+def stop_intent(lease: dict, request_id: str | None = None) -> dict:
+    """sandbox-stop-and-retain.ts prepareSandboxStopAndRetain's intent (builtin provider)."""
     return {
-        "schema": RECEIPT_SCHEMAS[ReceiptKind.STOP_AND_RETAIN],
-        "state": "stopped",
+        "schema": "paperclip.sandbox-stop-and-retain.v1",
+        "requestId": request_id or str(uuid.uuid4()),
+        "companyId": str(lease["company_id"]),
         "runId": str(lease["heartbeat_run_id"]),
         "leaseId": str(lease["id"]),
+        "provider": lease["provider"],
         "providerLeaseId": lease["provider_lease_id"],
-        "confirmedAt": ago(hours=1).isoformat(),
-        "requestId": f"sar-{lease['id']}",
-        **overrides,
+        "builtinProvider": lease["provider"],
+    }
+
+
+def stop_receipt(lease: dict, request_id: str, *, at: datetime | None = None) -> dict:
+    """sandbox-stop-and-retain.ts settleStopOnlyCleanup's sandboxStopAndRetainReceipt."""
+    return {
+        "schema": "paperclip.sandbox-stop-and-retain-receipt.v1",
+        "requestId": request_id,
+        "companyId": str(lease["company_id"]),
+        "runId": str(lease["heartbeat_run_id"]),
+        "leaseId": str(lease["id"]),
+        "provider": lease["provider"],
+        "providerLeaseId": lease["provider_lease_id"],
+        "builtinProvider": lease["provider"],
+        "method": "builtin.stopLease",
+        "confirmedAt": iso(at or ago(hours=1)),
+    }
+
+
+def export_resume_marker(lease: dict, plugin_id: str) -> dict:
+    """native-workspace-export-resume.ts: the marker readNativeWorkspaceExportResume accepts."""
+    return {
+        "schema": "paperclip.workspace-export-resume.v2",
+        "companyId": str(lease["company_id"]),
+        "runId": str(lease["heartbeat_run_id"]),
+        "leaseId": str(lease["id"]),
+        "provider": lease["provider"],
+        "providerLeaseId": lease["provider_lease_id"],
+        "requestId": str(uuid.uuid4()),
+        "resultId": sha(str(lease["id"])),
+        "pluginId": plugin_id,
     }
 
 
@@ -74,58 +151,80 @@ class Paperclip:
         self.dsn = dsn
         self.conn = psycopg.connect(dsn, autocommit=True)
         self._n = 0
+        self.company = None
+        self.agent = None
 
     def close(self):
         self.conn.close()
 
     def truncate(self):
-        self.conn.execute(
-            "TRUNCATE environments, issues, execution_workspaces, heartbeat_runs, "
-            "environment_leases, issue_recovery_actions, work_folder_runs"
+        present = {
+            r[0]
+            for r in self.conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            )
+        }
+        tables = [t for t in TABLES if t in present]
+        if tables:
+            self.conn.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
+        self.company = self._insert("companies", {"id": uuid.uuid4(), "name": "Acme"})
+        self.agent = self._insert(
+            "agents", {"id": uuid.uuid4(), "company_id": self.company["id"], "name": "coder"}
         )
 
+    # --- plumbing -----------------------------------------------------------------
+
     def _insert(self, table: str, row: dict) -> dict:
-        cols = ", ".join(row)
+        cols = ", ".join(f'"{c}"' for c in row)
         marks = ", ".join(["%s"] * len(row))
         values = [Jsonb(v) if isinstance(v, dict | list) else v for v in row.values()]
-        self.conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", values)
+        self.conn.execute(f'INSERT INTO "{table}" ({cols}) VALUES ({marks})', values)
         return row
 
     def update(self, table: str, pk, **changes) -> None:
-        sets = ", ".join(f"{k} = %s" for k in changes)
+        """An UPDATE as Paperclip's services write one: updated_at moves too."""
+        sets = ", ".join(f'"{k}" = %s' for k in changes)
         values = [Jsonb(v) if isinstance(v, dict | list) else v for v in changes.values()]
         key = "run_id" if table == "work_folder_runs" else "id"
         self.conn.execute(
-            f"UPDATE {table} SET {sets}, updated_at = clock_timestamp() WHERE {key} = %s",
+            f'UPDATE "{table}" SET {sets}, updated_at = clock_timestamp() WHERE "{key}" = %s',
             [*values, pk],
         )
 
-    def environment(self, **kw) -> dict:
+    def metadata(self, lease: dict) -> dict:
+        return self.conn.execute(
+            "SELECT metadata FROM environment_leases WHERE id = %s", [lease["id"]]
+        ).fetchone()[0]
+
+    # --- rows -----------------------------------------------------------------------
+
+    def environment(self, *, driver="sandbox", provider="daytona", **kw) -> dict:
         self._n += 1
+        config = {"provider": provider, "reuseLease": True} if provider else {}
         return self._insert(
             "environments",
             {
                 "id": uuid.uuid4(),
-                "company_id": COMPANY,
-                "name": f"daytona-{self._n}",
-                "driver": "sandbox",
+                "company_id": self.company["id"],
+                "name": f"{provider or driver}-{self._n}",
+                "driver": driver,
                 "status": "active",
-                "config": {"provider": "daytona", "reuseLease": True},
+                "config": config,
                 **kw,
             },
         )
 
-    def issue(self, **kw) -> dict:
+    def issue(self, status="in_progress", **kw) -> dict:
         self._n += 1
         return self._insert(
             "issues",
             {
                 "id": uuid.uuid4(),
-                "company_id": COMPANY,
+                "company_id": self.company["id"],
                 "identifier": f"PAP-{100 + self._n}",
+                "issue_number": 100 + self._n,
                 "title": "Fix the flaky export",
-                "status": "in_progress",
-                "execution_workspace_id": None,
+                "status": status,
                 **kw,
             },
         )
@@ -135,10 +234,13 @@ class Paperclip:
             "execution_workspaces",
             {
                 "id": uuid.uuid4(),
-                "company_id": COMPANY,
-                "issue_id": issue["id"],
+                "company_id": self.company["id"],
+                "source_issue_id": issue["id"],
+                "mode": "isolated_workspace",
+                "strategy_type": "git_worktree",
+                "name": f"workspace for {issue['identifier']}",
                 "status": "active",
-                "metadata": {"writerRunId": None},
+                "provider_type": "remote_managed",
                 **kw,
             },
         )
@@ -146,80 +248,141 @@ class Paperclip:
     def bind(self, issue: dict, workspace: dict) -> None:
         self.update("issues", issue["id"], execution_workspace_id=workspace["id"])
 
-    def run(self, issue: dict, status="succeeded", **kw) -> dict:
-        return self._insert(
-            "heartbeat_runs",
-            {
-                "id": uuid.uuid4(),
-                "company_id": COMPANY,
-                "issue_id": issue["id"],
-                "status": status,
-                "started_at": ago(hours=3),
-                "finished_at": ago(hours=2) if status not in ("queued", "running") else None,
-                **kw,
-            },
-        )
-
-    def lease(self, env: dict, issue: dict, workspace: dict, run: dict, **kw) -> dict:
-        self._n += 1
+    def run(self, issue: dict | None, status="succeeded", *, native=False, **kw) -> dict:
+        """A run names its task in context_snapshot.issueId (legacy runs) or
+        native_issue_id (native runs); heartbeat_runs has no issue_id."""
+        snapshot = {"issueId": str(issue["id"]), "taskKey": issue["identifier"]} if issue else {}
+        live = status in ("queued", "running", "scheduled_retry")
         row = {
             "id": uuid.uuid4(),
-            "company_id": COMPANY,
+            "company_id": self.company["id"],
+            "agent_id": self.agent["id"],
+            "status": status,
+            "runtime_mode": "native" if native else "legacy",
+            "context_snapshot": {} if native else snapshot,
+            "started_at": ago(hours=3) if status != "queued" else None,
+            "finished_at": None if live else ago(hours=2),
+            **kw,
+        }
+        if native:  # an older Paperclip has no native_issue_id column
+            row["native_issue_id"] = issue["id"] if issue else None
+        return self._insert("heartbeat_runs", row)
+
+    def lease(self, env: dict, issue: dict | None, workspace: dict | None, run: dict, **kw):
+        self._n += 1
+        provider = kw.pop("provider", (env.get("config") or {}).get("provider") or env["driver"])
+        row = {
+            "id": uuid.uuid4(),
+            "company_id": self.company["id"],
             "environment_id": env["id"],
-            "execution_workspace_id": workspace["id"],
-            "issue_id": issue["id"],
+            "execution_workspace_id": workspace["id"] if workspace else None,
+            "issue_id": issue["id"] if issue else None,
             "heartbeat_run_id": run["id"],
             "status": "released",
             "lease_policy": "reuse_by_environment",
-            "provider": "daytona",
-            "provider_lease_id": f"sbx-{self._n:05d}-{uuid.uuid4().hex[:6]}",
+            "provider": provider,
+            "provider_lease_id": f"{uuid.uuid4()}",
             "acquired_at": ago(hours=3),
             "last_used_at": ago(hours=2),
             "expires_at": None,
             "released_at": ago(hours=2),
             "failure_reason": None,
-            "cleanup_status": None,
-            "metadata": {},
+            "cleanup_status": "success",
         }
         metadata = kw.pop("metadata", None)
         row.update(kw)
         if callable(metadata):
             metadata = metadata(row)
-        row["metadata"] = metadata or {}
+        row["metadata"] = metadata
         return self._insert("environment_leases", row)
 
-    def save(self, run: dict, lease: dict, files: dict, *, state="saved", **kw) -> dict:
+    def save(
+        self,
+        run: dict,
+        lease: dict,
+        files: dict[str, str],
+        *,
+        scope="task",
+        final=True,
+        state="saved",
+        **kw,
+    ) -> dict:
+        """A work-folder run after its final checkpoint (stop(): finalCheckpointAt
+        set, state saved). `files` is path → content, saved in `scope`."""
+        issue_id = lease["issue_id"]
+        manifest = {
+            "version": 1,
+            "companyId": str(self.company["id"]),
+            "runId": str(run["id"]),
+            "taskId": str(issue_id) if issue_id else None,
+            "agentId": str(self.agent["id"]),
+            "responsibleUserId": None,
+            "projectId": None,
+            "leaseId": str(lease["id"]),
+            "sandboxKey": lease["provider_lease_id"],
+            "home": "/home/daytona",
+            "folders": {"task": str(uuid.uuid4()), "agent": str(uuid.uuid4())}
+            | {"user": None, "project": None},
+            "repositories": [],
+        }
+        if final:
+            manifest["finalCheckpointAt"] = iso(ago(hours=2))
+        baselines = {
+            scope: [
+                {
+                    "path": path,
+                    "kind": "file",
+                    "byteSize": len(content.encode()),
+                    "sha256": sha(content),
+                    "executable": False,
+                }
+                for path, content in files.items()
+            ]
+        }
         return self._insert(
             "work_folder_runs",
             {
                 "run_id": run["id"],
+                "company_id": self.company["id"],
+                "manifest": manifest,
+                "baselines": baselines,
+                "pending_operations": {},
                 "state": state,
-                "manifest": {
-                    "leaseId": str(lease["id"]),
-                    "finalCheckpointAt": ago(hours=2).isoformat(),
-                    "files": files,
-                },
-                "last_saved_at": ago(hours=2),
+                "last_saved_at": ago(hours=2) if state == "saved" else None,
                 **kw,
             },
         )
 
-    def recovery_action(self, issue: dict, lease: dict | None, status="active", **kw) -> dict:
+    def recovery_action(self, issue: dict, leases: list[dict], status="active", **kw) -> dict:
+        """legacy-execution-recovery.ts: a restore recovery naming its source leases."""
+        evidence = {"runId": str(leases[0]["heartbeat_run_id"])} if leases else {}
+        if leases:
+            evidence["workspaceRestoreRecovery"] = {
+                "schema": RESTORE_SCHEMA,
+                "leaseIds": [str(x["id"]) for x in leases],
+            }
         return self._insert(
             "issue_recovery_actions",
             {
                 "id": uuid.uuid4(),
+                "company_id": self.company["id"],
                 "source_issue_id": issue["id"],
                 "kind": "workspace_restore",
                 "status": status,
-                "outcome": None,
-                "evidence": {"leaseId": str(lease["id"])} if lease else {},
+                "owner_type": "board",
+                "cause": "workspace_restore_failed",
+                "fingerprint": str(uuid.uuid4()),
+                "evidence": evidence,
+                "next_action": "Restore the workspace from its retained sandbox",
+                "resolved_at": ago(hours=1) if status in ("resolved", "cancelled") else None,
                 **kw,
             },
         )
 
-    def task(self, env: dict, *, issue_status="in_progress", run_status="succeeded", **lease_kw):
-        """An issue bound to a workspace, a run and a lease on that workspace."""
+    # --- compound shapes ----------------------------------------------------------
+
+    def task(self, env, *, issue_status="in_progress", run_status="succeeded", **lease_kw):
+        """An issue bound to a workspace, a run on it and a lease on that workspace."""
         issue = self.issue(status=issue_status)
         ws = self.workspace(issue)
         self.bind(issue, ws)
@@ -232,3 +395,55 @@ class Paperclip:
         fresh = self.workspace(issue)
         self.bind(issue, fresh)
         return fresh
+
+    def prepare_stop(self, lease: dict) -> str:
+        """prepareSandboxStopAndRetain: active → pending_cleanup with the intent."""
+        request_id = str(uuid.uuid4())
+        metadata = {
+            k: v
+            for k, v in (self.metadata(lease) or {}).items()
+            if k not in ("remoteExecutionTermination", "sandboxStopAndRetainReceipt")
+        }
+        metadata |= {
+            "sandboxStopAndRetain": stop_intent(lease, request_id),
+            "pendingCleanupAttemptId": request_id,
+            "pendingCleanupInFlight": False,
+            "pendingCleanupLeaseExpiresAtMs": 0,
+            "pendingCleanupRetryAfterMs": 0,
+            "pendingCleanupRetryAttempts": 0,
+            "pendingCleanupRetryCapWarned": False,
+        }
+        self.update(
+            "environment_leases",
+            lease["id"],
+            status="pending_cleanup",
+            cleanup_status="failed",
+            failure_reason="sandbox_stop_pending",
+            released_at=ago(seconds=1),
+            metadata=metadata,
+        )
+        return request_id
+
+    def settle_stop(self, lease: dict) -> None:
+        """settleStopOnlyCleanup with a stopped receipt: the intent key goes, the
+        termination and stop-and-retain receipts come, the lease is released."""
+        metadata = dict(self.metadata(lease))
+        intent = metadata.pop("sandboxStopAndRetain")
+        metadata.pop("remoteExecutionTermination", None)
+        now = ago(seconds=1)
+        metadata |= {
+            "remoteExecutionTermination": termination(lease, at=now),
+            "sandboxStopAndRetainReceipt": stop_receipt(lease, intent["requestId"], at=now),
+            "pendingCleanupInFlight": False,
+            "pendingCleanupLeaseExpiresAtMs": 0,
+        }
+        self.update(
+            "environment_leases",
+            lease["id"],
+            status="released",
+            cleanup_status="success",
+            failure_reason=None,
+            released_at=now,
+            last_used_at=now,
+            metadata=metadata,
+        )

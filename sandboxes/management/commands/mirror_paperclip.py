@@ -10,9 +10,22 @@ from sandboxes.mirror.sync import MirrorReport, follow, mirror_once
 
 class Command(BaseCommand):
     help = (
-        "Mirror Paperclip's environments, issues, workspaces, runs, leases (with the "
-        "receipts and intents in their metadata), work folder saves and recovery actions "
-        "into the console, read-only and incrementally by updated_at."
+        "Mirror a Paperclip database into the console, read-only and incrementally by "
+        "updated_at. It reads Paperclip's own columns: environments (provider = "
+        "config.provider, else the driver); issues (identifier, status, "
+        "execution_workspace_id); execution_workspaces (task = source_issue_id, writer "
+        "hold = metadata.writerRunId); heartbeat_runs (task = native_issue_id, else "
+        "context_snapshot->>'issueId'); environment_leases of every provider, with the "
+        "receipts in metadata (remoteExecutionTermination, sandboxStopAndRetainReceipt), "
+        "pending intents (sandboxStopAndRetain, nativeWorkspaceExportResume: pending while "
+        "the key is present, settled when it disappears) and remoteCwd; work_folder_runs "
+        "(a durable save only with manifest.finalCheckpointAt: the baselines' files under "
+        "their scope, matched to the sandbox by manifest.leaseId, else sandboxKey); "
+        "issue_recovery_actions (the leases evidence.workspaceRestoreRecovery.leaseIds "
+        "names). Tables and columns are looked up first: a missing one is skipped with a "
+        "warning, never an abort. Each iteration prints one summary line: rows mirrored "
+        "per table, skipped by reason (e.g. an unknown status a newer Paperclip wrote), "
+        "quarantined by reason (unreadable lease metadata), and tables missing."
     )
 
     def add_arguments(self, parser):
