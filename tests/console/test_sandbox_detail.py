@@ -162,3 +162,26 @@ def test_it_runs_a_bounded_number_of_queries(as_admin, django_assert_max_num_que
         ReceiptFactory(lease=first)
     with django_assert_max_num_queries(12):
         assert _detail(as_admin, r).status_code == 200
+
+
+def test_a_closed_record_says_why_and_shows_no_stale_holds(as_reviewer, db):
+    # Issue 15, defect 7: a retired record still showed "Size kept"; a dismissed
+    # one showed its last holds and never why it was closed.
+    now = timezone.now()
+    retired = RetirementFactory(
+        stage=Stage.RETIRED, size_bytes=4096, closed_at=now, closed_reason="clean compare"
+    )
+    body = _detail(as_reviewer, retired).content.decode()
+    assert "Size kept" not in body
+    assert "Size reclaimed" in body and "4.0\xa0KB" in body
+    dismissed = RetirementFactory(
+        stage=Stage.DISMISSED,
+        holds=["retention"],
+        hold_reasons={"retention": "Still inside the window."},
+        closed_at=now,
+        closed_reason="no longer a candidate (the predicate stopped matching)",
+    )
+    body = _detail(as_reviewer, dismissed).content.decode()
+    assert "no longer a candidate (the predicate stopped matching)" in body
+    assert "Still inside the window." not in body
+    assert 'class="holds"' not in body

@@ -134,3 +134,32 @@ def test_the_pages_fit_a_phone(page, live_server, shot, db):
     shot(page, "phone-list")
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390 + 1, f"the list scrolls sideways at phone width ({width}px)"
+
+
+def test_the_detail_page_fits_a_phone_with_an_export_receipt(page, live_server, shot, db):
+    # Issue 15, defect 7: the export table's sha256 column pushed the page sideways.
+    f.UserFactory(username="oscar", groups=["operators"])
+    r = f.RetirementFactory(stage=Stage.RETIRING, size_bytes=10_000)
+    files = [
+        {
+            "path": f"src/deeply/nested/directory/structure/module_{i}_with_a_long_name.py",
+            "size": 1234 * i,
+            "sha256": f"{i:x}" * 64,
+            "attachment": None,
+        }
+        for i in range(1, 4)
+    ]
+    f.ReceiptFactory(
+        kind="salvage_export",
+        state=None,
+        lease=r.lease,
+        retirement=r,
+        payload={"verified": True, "files": files, "deleted": ["old/file.txt"], "bytes": 7404},
+    )
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, live_server, "oscar")
+    page.goto(f"{live_server.url}/sandboxes/{r.pk}/")
+    expect(page.get_by_role("heading", name="Receipts")).to_be_visible()
+    shot(page, "phone-detail-export")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the detail page scrolls sideways at phone width ({width}px)"
