@@ -60,6 +60,8 @@ def proof_from_receipts(retirement: Retirement, receipts: list[Receipt]) -> Proo
     if not compares:
         return Proof(False, "no salvage compare has been recorded yet")
     latest = compares[-1]
+    if latest.payload.get("root_not_found"):
+        return Proof(False, "workspace root not found: the latest compare could not see the files")
     if latest.payload.get("clean") is True:
         return Proof(True, "the latest compare found nothing unsaved", latest)
     for r in mine:

@@ -52,6 +52,7 @@ from sandboxes.proof import PROOF_KINDS, has_approval, proof_from_receipts
 from sandboxes.providers.base import (
     Confirmation,
     ProviderError,
+    RootNotFound,
     SandboxState,
     TransientProviderError,
 )
@@ -388,7 +389,13 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             and x.payload.get("compare_receipt_id") == str(latest.pk)
             for x in receipts
         )
-        if latest is not None and not latest.payload.get("clean") and not stale:
+        exportable = (
+            latest is not None
+            and latest.payload.get("clean") is False
+            and not latest.payload.get("root_not_found")
+            and not stale
+        )
+        if exportable:
             r.stage = Stage.EXPORTING
             r.save()
             files = {f["path"]: f for f in latest.payload["added"] + latest.payload["changed"]}
@@ -594,7 +601,22 @@ def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
     if gone is not None:
         _close_gone(plan, attempt_id, gone)
         return
-    digests = provider.hash_files(plan.sandbox_id, plan.root)
+    try:
+        digests = provider.hash_files(plan.sandbox_id, plan.root)
+    except RootNotFound:
+        digests = None
+    blind = salvage.blind_spot(digests, plan.manifest, plan.root)
+    if blind:
+        # It saw nothing it can vouch for: a receipt that says so, no proof, and a
+        # failure so the record retries and, after 5 attempts, needs attention.
+        with fenced(plan.retirement_id, attempt_id) as r:
+            _receipt(
+                r,
+                ReceiptKind.SALVAGE_COMPARE,
+                request_id=uuid.uuid4().hex,
+                payload=salvage.blind_payload(plan.root, blind, digests, plan.manifest),
+            )
+        raise salvage.WorkspaceRootNotFound(f"{salvage.ROOT_NOT_FOUND}: {blind}")
     diff = salvage.diff_against_manifest(digests, plan.manifest)
     checkpoint("compare:before_receipt")
     with fenced(plan.retirement_id, attempt_id) as r:

@@ -26,6 +26,45 @@ class StaleCompare(ExportError):
     """A file changed on the sandbox since the compare: compare again."""
 
 
+# The compare's own words when it could not see the workspace (DOMAIN §2.3).
+ROOT_NOT_FOUND = "workspace root not found"
+
+
+class WorkspaceRootNotFound(Exception):
+    """The compare could not see the workspace: it proves nothing and is retried."""
+
+
+def blind_spot(digests: dict[str, FileDigest] | None, manifest: dict, root: str) -> str:
+    """Why a compare saw nothing it can vouch for, or "" when it saw the workspace.
+
+    A compare proves nothing about files it could not see (DOMAIN §2.3): the root
+    is missing, or the saved manifest names files and none of them is under the
+    root (a lease without `metadata.remoteCwd` fell back to an environment root
+    that is empty, or holds something else). An empty root with an empty saved
+    manifest is a real, clean answer."""
+    if digests is None:
+        return f"the root {root!r} does not exist in the sandbox"
+    if manifest and not any(path in digests for path in manifest):
+        return (
+            f"none of the {len(manifest)} saved file(s) is under {root!r} "
+            f"({len(digests)} other file(s) found there)"
+        )
+    return ""
+
+
+def blind_payload(root: str, detail: str, digests: dict | None, manifest: dict) -> dict:
+    """A compare receipt that shows what the compare could not see; never clean."""
+    return {
+        "clean": False,
+        "root_not_found": True,
+        "error": ROOT_NOT_FOUND,
+        "detail": detail,
+        "root": root,
+        "found_files": len(digests or {}),
+        "saved_files": len(manifest),
+    }
+
+
 @dataclass(frozen=True)
 class Diff:
     added: list[dict]
