@@ -95,10 +95,13 @@ class PolicyForm(forms.Form):
     reason = forms.CharField(max_length=2000)
 
     def clean_workspace_root(self):
+        from sandboxes.ingest.schemas import sandbox_root
+
         root = self.cleaned_data["workspace_root"].strip()
-        if not root or ".." in root.split("/"):
-            raise forms.ValidationError("A workspace root is a path without '..'.")
-        return root
+        try:
+            return sandbox_root(root)
+        except ValueError as exc:
+            raise forms.ValidationError(f"A workspace root {exc}.") from None
 
 
 class TokenForm(forms.Form):

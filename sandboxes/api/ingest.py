@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 
 from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.ingest.apply import BatchRejected
-from sandboxes.ingest.schemas import decode_json, may_hold_unstorable_text
+from sandboxes.ingest.schemas import TooDeep, decode_json, may_hold_unstorable_text
 from sandboxes.models.choices import TokenScope
 
 from .auth import token_required
@@ -41,6 +41,8 @@ def events(request):
         return _error(413, f"body is larger than {settings.INGEST_MAX_BYTES} bytes")
     try:
         payload = decode_json(body)
+    except TooDeep as exc:
+        return _error(400, f"JSON {exc}", exc.path)
     except (ValueError, UnicodeDecodeError) as exc:
         return _error(400, f"body is not valid JSON: {exc}")
 
@@ -59,4 +61,10 @@ def events(request):
         result = apply_events(f"token:{request.api_token.pk}", batch, actor=request.api_token)
     except BatchRejected as rejected:
         return JsonResponse({"errors": [e.as_dict() for e in rejected.errors]}, status=400)
-    return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})
+    return JsonResponse(
+        {
+            "accepted": result.accepted,
+            "duplicates": result.duplicates,
+            "warnings": [w.as_dict() for w in result.warnings],
+        }
+    )

@@ -12,7 +12,6 @@ from uuid import UUID
 
 from django.db import IntegrityError, connection, models, transaction
 
-from sandboxes import audit
 from sandboxes.models import (
     Environment,
     EnvironmentLease,
@@ -50,6 +49,8 @@ _REFERENCES: dict[str, type[models.Model]] = {
 class BatchResult:
     accepted: int
     duplicates: int
+    # Fields applied as something else than sent, or not at all: (index, path, message).
+    warnings: tuple[EventError, ...] = ()
 
 
 class BatchRejected(Exception):
@@ -72,8 +73,10 @@ class _UnitOfWork:
         self.dirty: dict[type, set[UUID]] = defaultdict(set)
         self.receipts: list[Receipt] = []
         self.errors: list[EventError] = []
-        # (environment, policy before) for every environment a batch upserts.
-        self.policies: dict[UUID, tuple[Environment, dict | None]] = {}
+        self.warnings: list[EventError] = []
+        # Environments whose policy the console already owns: known before the
+        # batch, or created by an earlier event of it.
+        self.policy_owned: set[UUID] = set()
 
     def load(self, wanted: dict[type, set[UUID]]) -> None:
         lock = connection.features.has_select_for_update
@@ -159,25 +162,26 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
             env = uow.upsert(Environment, d.environment_id, event)
             if env is None:
                 return
-            if env.pk not in uow.policies:
-                known = (
-                    env.pk not in uow.new[Environment]
-                    and not uow.baseline[(Environment, env.pk)]["placeholder"]
-                )
-                uow.policies[env.pk] = (env, env.policy() if known else None)
             env.name, env.provider = d.name, d.provider
-            _assign(
-                env,
-                d,
-                {
-                    "driver": "driver",
-                    "retirement_mode": "retirement_mode",
-                    "max_retirements_per_pass": "max_retirements_per_pass",
-                    "workspace_root": "workspace_root",
-                },
-            )
-            if d.warm_retention_hours is not None:
-                env.warm_retention = timedelta(hours=d.warm_retention_hours)
+            _assign(env, d, {"driver": "driver"})
+            if env.pk in uow.policy_owned or (
+                env.pk not in uow.new[Environment]
+                and not uow.baseline[(Environment, env.pk)]["placeholder"]
+            ):
+                _refuse_policy(uow, event, env)
+            else:
+                _assign(
+                    env,
+                    d,
+                    {
+                        "retirement_mode": "retirement_mode",
+                        "max_retirements_per_pass": "max_retirements_per_pass",
+                        "workspace_root": "workspace_root",
+                    },
+                )
+                if d.warm_retention_hours is not None:
+                    env.warm_retention = timedelta(hours=d.warm_retention_hours)
+                uow.policy_owned.add(env.pk)
             for field in (
                 "driver",
                 "retirement_mode",
@@ -247,7 +251,7 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
             if "failure_reason" in d.model_fields_set:
                 lease.failure_reason = d.failure_reason or ""
             if "metadata" in d.model_fields_set:
-                lease.metadata = d.metadata or {}
+                lease.metadata = d.metadata.as_json() if d.metadata else {}
         case s.LeaseReleased():
             # A release is an upsert of the lease's status: a late one that is
             # older than what the source said since is ignored.
@@ -359,18 +363,35 @@ def _check_references(uow: _UnitOfWork, events: list[Event]) -> list[EventError]
     return errors
 
 
-def _audit_policy_changes(uow: _UnitOfWork, actor) -> None:
-    """Retirement policy is the console's: a runtime changing it leaves an audit row."""
-    for env, before in uow.policies.values():
-        after = env.policy()
-        if before is not None and after != before:
-            audit.record(
-                actor=actor,
-                action="environment.policy",
-                obj=env,
-                reason="environment.upserted from a Paperclip runtime",
-                before=before,
-                after=after,
+POLICY_FIELDS = (
+    "retirement_mode",
+    "warm_retention_hours",
+    "max_retirements_per_pass",
+    "workspace_root",
+)
+
+
+def _refuse_policy(uow: _UnitOfWork, event: Event, env: Environment) -> None:
+    """Policy is the console's (DOMAIN §4.1): an existing environment keeps its
+    mode, retention, cap and root whatever a runtime sends; each field that
+    would have changed it is named in the answer's warnings."""
+    current = env.policy()
+    for field in POLICY_FIELDS:
+        sent = getattr(event.data, field)
+        if field not in event.data.model_fields_set or sent is None:
+            continue
+        if field == "warm_retention_hours":
+            differs = abs(float(sent) - current[field]) > 1e-9
+        else:
+            differs = sent != current[field]
+        if differs:
+            uow.warnings.append(
+                EventError(
+                    event.index,
+                    f"data.{field}",
+                    f"ignored: the console owns the policy of environment {env.name!r} "
+                    f"(it stays {current[field]!r}); change it on the Environments page",
+                )
             )
 
 
@@ -417,9 +438,10 @@ def _apply_batch(source: str, events: list[Event], actor) -> BatchResult:
         if uow.errors:
             raise BatchRejected(uow.errors)
         uow.flush()
-        _audit_policy_changes(uow, actor)
         IngestedEvent.objects.bulk_create(
             [IngestedEvent(source=source, event_id=e.id, type=e.type) for e in fresh],
             batch_size=1000,
         )
-    return BatchResult(accepted=len(fresh), duplicates=len(events) - len(fresh))
+    return BatchResult(
+        accepted=len(fresh), duplicates=len(events) - len(fresh), warnings=tuple(uow.warnings)
+    )

@@ -5,10 +5,11 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from django.utils import timezone
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -60,10 +61,39 @@ Text200 = Annotated[str, Field(min_length=1, max_length=200)]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
-def _relative_root(value: str) -> str:
-    if any(part == ".." for part in value.split("/")):
+# An event may be dated at most this far ahead of the server's clock: a row's
+# newest source time wins every later update, so a year-9999 event would freeze
+# it (DOMAIN §4.1).
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+# Deeper JSON is refused before anything walks it (Python recursion, jsonb).
+MAX_JSON_DEPTH = 64
+
+
+def sandbox_root(value: str) -> str:
+    """A workspace root inside a sandbox (DOMAIN §3): relative to the sandbox
+    home, or absolute under a home directory (/home/<user>/...); never `..`,
+    never the filesystem root or the home itself."""
+    parts = [p for p in value.split("/") if p not in ("", ".")]
+    if ".." in value.split("/"):
         raise ValueError("must not contain '..'")
+    if not parts:
+        raise ValueError("must name a directory under the sandbox home")
+    if value.startswith("/") and (len(parts) < 3 or parts[0] != "home"):
+        raise ValueError("an absolute root must lie under the sandbox home (/home/<user>/...)")
     return value
+
+
+def provider_id(value: str) -> str:
+    """A provider's sandbox id is one URL path segment: `/` would make it name
+    another endpoint, and `.` / `..` are rewritten away by every URL library."""
+    if value in (".", ".."):
+        raise ValueError(f"{value!r} is not a sandbox id")
+    if "/" in value:
+        raise ValueError("a sandbox id is one path segment: it cannot contain '/'")
+    return value
+
+
+ProviderId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(provider_id)]
 
 
 class Data(BaseModel):
@@ -84,7 +114,7 @@ class EnvironmentUpserted(Data):
     warm_retention_hours: Annotated[float, Field(ge=0, le=24 * 365, strict=False)] | None = None
     max_retirements_per_pass: Annotated[StrictInt, Field(ge=0, le=10_000)] | None = None
     workspace_root: (
-        Annotated[str, Field(min_length=1, max_length=500), AfterValidator(_relative_root)] | None
+        Annotated[str, Field(min_length=1, max_length=500), AfterValidator(sandbox_root)] | None
     ) = None
 
 
@@ -116,11 +146,25 @@ class RunUpserted(Data):
     finished_at: Timestamp | None = None
 
 
+class LeaseMetadata(BaseModel):
+    """A lease's free-form metadata; `remoteCwd` is the sandbox's workspace root
+    when present (DOMAIN §3), so it is checked like `workspace_root`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    remoteCwd: (
+        Annotated[str, Field(min_length=1, max_length=500), AfterValidator(sandbox_root)] | None
+    ) = None
+
+    def as_json(self) -> dict:
+        return self.model_dump(exclude_unset=True)
+
+
 class LeaseUpserted(Data):
     lease_id: Uuid
     environment_id: Uuid
     provider: _choice(ProviderName)
-    provider_lease_id: Text200
+    provider_lease_id: ProviderId
     status: _choice(LeaseStatus)
     lease_policy: _choice(LeasePolicy)
     acquired_at: Timestamp
@@ -133,7 +177,7 @@ class LeaseUpserted(Data):
     failure_reason: Annotated[str, Field(max_length=200)] | None = None
     cleanup_status: _choice(CleanupStatus) | None = None
     disposition: _choice(Disposition) | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: LeaseMetadata | None = None
 
 
 class LeaseReleased(Data):
@@ -146,7 +190,7 @@ class ReceiptRecorded(Data):
     kind: Literal["termination", "stop_and_retain"]
     state: _choice(TerminationState) | None = Field(default=None, validate_default=True)
     run_id: Uuid
-    provider_lease_id: Text200
+    provider_lease_id: ProviderId
     confirmed_at: Timestamp
     request_id: Text200 | None = None
 
@@ -174,7 +218,7 @@ class ExportUpserted(Data):
 class RecoveryActionUpserted(Data):
     action_id: Uuid
     issue_id: Uuid
-    kind: Text200
+    kind: Annotated[str, Field(min_length=1, max_length=64)]
     status: _choice(RecoveryStatus)
     outcome: Annotated[str, Field(max_length=200)] | None = None
     lease_id: Uuid | None = None
@@ -244,10 +288,44 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def decode_json(raw: bytes | str) -> Any:
+class TooDeep(ValueError):
+    """JSON nested deeper than MAX_JSON_DEPTH; `path` names where."""
+
+    def __init__(self, path: str, limit: int):
+        super().__init__(f"nested deeper than {limit} levels at {path}")
+        self.path = path
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """The path of the first place `value` nests deeper than `limit`, else None.
+    Iterative, so a hostile document cannot exhaust the stack while measured."""
+    stack = [(value, "", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if depth >= limit:
+            return path or "(body)"
+        pairs = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in pairs:
+            if isinstance(child, dict | list):
+                step = f"{path}[{key}]" if isinstance(item, list) else f"{path}.{key}"
+                stack.append((child, step.lstrip("."), depth + 1))
+    return None
+
+
+def decode_json(raw: bytes | str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """json.loads without Python's extensions: NaN, Infinity and numbers that
-    overflow to infinity are refused (jsonb cannot store them)."""
-    return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    overflow to infinity are refused (jsonb cannot store them), and so is JSON
+    nested deeper than `max_depth` (TooDeep, a ValueError naming the path)."""
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise TooDeep("(body)", max_depth) from None
+    path = too_deep(value, max_depth)
+    if path is not None:
+        raise TooDeep(path, max_depth)
+    return value
 
 
 _ESCAPED_UNSTORABLE = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]")
@@ -289,13 +367,15 @@ def _unstorable(text: str) -> bool:
 
 
 def validate_batch(
-    payload: Any, *, max_events: int, check_text: bool = True
+    payload: Any, *, max_events: int, check_text: bool = True, now: datetime | None = None
 ) -> tuple[list[Event], list[EventError]]:
     """Validate a decoded request body. Returns the events, or every error.
 
     `check_text=False` skips the search for text PostgreSQL cannot store, for
     callers that know from the raw JSON (`may_hold_unstorable_text`) there is none.
+    `now` is the server's clock, against which future-dated events are refused.
     """
+    latest = (now or timezone.now()) + MAX_CLOCK_SKEW
     if not isinstance(payload, dict) or "events" not in payload:
         return [], [EventError(None, "events", "body must be an object with an 'events' list")]
     raw_events = payload["events"]
@@ -317,10 +397,23 @@ def validate_batch(
         except ValidationError as exc:
             errors.extend(_errors(index, (), exc))
             continue
+        future = envelope.occurred_at > latest
+        if future:
+            errors.append(
+                EventError(
+                    index,
+                    "occurred_at",
+                    f"{envelope.occurred_at.isoformat()} is more than "
+                    f"{MAX_CLOCK_SKEW.total_seconds() / 60:g} minutes ahead of the server's "
+                    "clock; a future-dated event would win every later update",
+                )
+            )
         try:
             data = EVENT_TYPES[envelope.type].model_validate(envelope.data)
         except ValidationError as exc:
             errors.extend(_errors(index, ("data",), exc))
+            continue
+        if future:
             continue
         events.append(Event(index, envelope.id, envelope.type, envelope.occurred_at, data))
     return events, errors

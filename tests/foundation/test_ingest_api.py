@@ -25,7 +25,7 @@ def test_it_accepts_a_batch_and_counts_it(post_events):
     _, events = graph()
     response = post_events(events)
     assert response.status_code == 200
-    assert response.json() == {"accepted": 5, "duplicates": 0}
+    assert response.json() == {"accepted": 5, "duplicates": 0, "warnings": []}
 
 
 def test_it_rejects_get(client, ingest_token):
@@ -321,10 +321,10 @@ def test_a_placeholder_environment_is_observe_only(post_events):
 
 def test_a_repeated_event_id_is_a_no_op(post_events):
     ids, events = graph()
-    assert post_events(events).json() == {"accepted": 5, "duplicates": 0}
+    assert post_events(events).json() == {"accepted": 5, "duplicates": 0, "warnings": []}
     renamed = dict(events[1], data={**events[1]["data"], "title": "changed"})
     response = post_events([renamed, *events[2:]])
-    assert response.json() == {"accepted": 0, "duplicates": 4}
+    assert response.json() == {"accepted": 0, "duplicates": 4, "warnings": []}
     assert m.Issue.objects.get(pk=ids["issue"]).title == "A task"
     assert m.IngestedEvent.objects.count() == 5
 
@@ -333,13 +333,17 @@ def test_event_ids_are_unique_per_token(post_events, db):
     _, events = graph()
     assert post_events(events).json()["accepted"] == 5
     _, other = m.ApiToken.issue("second-runtime", "ingest")
-    assert post_events(events, token=other).json() == {"accepted": 5, "duplicates": 0}
+    assert post_events(events, token=other).json() == {
+        "accepted": 5,
+        "duplicates": 0,
+        "warnings": [],
+    }
 
 
 def test_a_repeated_id_inside_one_batch_counts_once(post_events):
     _, events = graph()
     response = post_events([*events, events[0]])
-    assert response.json() == {"accepted": 5, "duplicates": 1}
+    assert response.json() == {"accepted": 5, "duplicates": 1, "warnings": []}
 
 
 def test_a_batch_with_one_bad_event_changes_nothing(post_events):
@@ -437,7 +441,7 @@ class TestLimits:
     def test_1000_events_is_fine(self, post_events):
         _, events = graph()
         many = [dict(events[0], id=f"e{i}") for i in range(1000)]
-        assert post_events(many).json() == {"accepted": 1000, "duplicates": 0}
+        assert post_events(many).json() == {"accepted": 1000, "duplicates": 0, "warnings": []}
 
     def test_more_than_5_mib_is_413(self, post_events):
         _, events = graph()

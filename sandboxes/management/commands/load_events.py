@@ -47,15 +47,19 @@ class Command(BaseCommand):
             raise CommandError("nothing loaded:\n" + "\n".join(errors))
 
         accepted = duplicates = 0
+        warnings = []
         try:
             with transaction.atomic():
                 for batch in events:
                     result = apply_events(source, batch)
                     accepted += result.accepted
                     duplicates += result.duplicates
+                    warnings.extend(result.warnings)
         except BatchRejected as rejected:
             raise CommandError(
                 "nothing loaded:\n"
                 + "\n".join(f"event {e.index}: {e.path}: {e.message}" for e in rejected.errors)
             ) from rejected
+        for w in warnings:
+            self.stderr.write(f"warning: event {w.index}: {w.path}: {w.message}")
         self.stdout.write(f"accepted {accepted}, duplicates {duplicates}")
