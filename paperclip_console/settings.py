@@ -164,6 +164,11 @@ PROVIDER_MAX_CONCURRENCY = envint("PROVIDER_MAX_CONCURRENCY", 8)
 # Prometheus scraper (`Authorization: Bearer <METRICS_TOKEN>`). Empty: tokens only.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 
+# Notifications: links in messages point at CONSOLE_BASE_URL; a reconciler with
+# no finished pass for RECONCILER_OVERDUE_MINUTES is announced as overdue.
+CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://localhost:8000").strip()
+RECONCILER_OVERDUE_MINUTES = envint("RECONCILER_OVERDUE_MINUTES", 10)
+
 # Mirror of a Paperclip database (manage.py mirror_paperclip). Cursors are kept
 # in a JSON file; losing it only means the next run re-reads everything.
 MIRROR_CURSOR_FILE = Path(os.environ.get("MIRROR_CURSOR_FILE", VAR_DIR / "mirror-cursors.json"))

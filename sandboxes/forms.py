@@ -145,3 +145,59 @@ class AuditFilterForm(forms.Form):
     until = forms.DateTimeField(
         required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
+
+
+def _event_choices():
+    from sandboxes.notifications.channels import EVENT_TYPES
+
+    return [(t, t) for t in EVENT_TYPES]
+
+
+class ChannelForm(forms.Form):
+    """A new notification channel. The URL field never renders a stored value."""
+
+    name = forms.CharField(max_length=200)
+    kind = forms.ChoiceField(
+        choices=[("apprise", "Apprise URL (Slack, Teams, ntfy, email…)"), ("webhook", "Webhook")]
+    )
+    url = forms.CharField(
+        max_length=2000,
+        required=False,
+        label="URL",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Stored encrypted, never shown again.",
+    )
+    url_env = forms.CharField(
+        max_length=100, required=False, label="…or the environment variable holding the URL"
+    )
+    secret_env = forms.CharField(
+        max_length=100,
+        required=False,
+        label="Webhook secret from environment variable (blank: the console makes one)",
+    )
+    events = forms.MultipleChoiceField(
+        choices=_event_choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every event.",
+    )
+    reason = forms.CharField(max_length=2000, required=False)
+
+
+class ChannelEditForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    url = forms.CharField(
+        max_length=2000,
+        required=False,
+        label="New URL (blank keeps the stored one)",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+    )
+    url_env = forms.CharField(max_length=100, required=False, label="URL environment variable")
+    secret_env = forms.CharField(
+        max_length=100, required=False, label="Secret environment variable"
+    )
+    events = forms.MultipleChoiceField(
+        choices=_event_choices, required=False, widget=forms.CheckboxSelectMultiple
+    )
+    enabled = forms.BooleanField(required=False)
+    reason = forms.CharField(max_length=2000, required=False)

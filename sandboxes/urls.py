@@ -1,6 +1,6 @@
 from django.urls import path
 
-from sandboxes.views import admin_pages, approvals, audit, dashboard, sandboxes
+from sandboxes.views import admin_pages, approvals, audit, dashboard, notifications, sandboxes
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
@@ -25,6 +25,17 @@ urlpatterns = [
     path("passes/", admin_pages.passes, name="passes"),
     path("environments/", admin_pages.environments, name="environments"),
     path("environments/<uuid:pk>/policy/", admin_pages.edit_policy, name="environment-policy"),
+    path("environments/<uuid:pk>/channels/", notifications.channels, name="channels"),
+    path(
+        "environments/<uuid:pk>/channels/new/",
+        notifications.channel_create,
+        name="channel-create",
+    ),
+    path("channels/<uuid:pk>/", notifications.channel_detail, name="channel-detail"),
+    path("channels/<uuid:pk>/edit/", notifications.channel_update, name="channel-update"),
+    path("channels/<uuid:pk>/rotate/", notifications.channel_rotate, name="channel-rotate"),
+    path("channels/<uuid:pk>/test/", notifications.channel_test, name="channel-test"),
+    path("channels/<uuid:pk>/delete/", notifications.channel_delete, name="channel-delete"),
     path("tokens/", admin_pages.tokens, name="tokens"),
     path("tokens/new/", admin_pages.create_token, name="token-create"),
     path("tokens/<uuid:pk>/revoke/", admin_pages.revoke_token, name="token-revoke"),

@@ -23,6 +23,14 @@ from .mirror import (
     PendingExport,
     RecoveryAction,
 )
+from .notifications import (
+    ChannelKind,
+    DeliveryStatus,
+    NotificationChannel,
+    NotificationDelivery,
+    NotificationEvent,
+    NotificationType,
+)
 
 __all__ = [
     "AppendOnlyError",
@@ -30,11 +38,17 @@ __all__ = [
     "ApiToken",
     "Attachment",
     "AuditEvent",
+    "ChannelKind",
+    "DeliveryStatus",
     "Environment",
     "EnvironmentLease",
     "ExecutionWorkspace",
     "HeartbeatRun",
     "IngestedEvent",
+    "NotificationChannel",
+    "NotificationDelivery",
+    "NotificationEvent",
+    "NotificationType",
     "Issue",
     "LeaseIntent",
     "PendingExport",

@@ -65,9 +65,12 @@ def test_reconcile_one_environment(warm, use_local):
 def test_setup_schedules_is_idempotent_by_name(settings):
     call_command("setup_schedules", stdout=io.StringIO())
     call_command("setup_schedules", "--minutes", "2", stdout=io.StringIO())
-    schedule = Schedule.objects.get()
+    schedule = Schedule.objects.get(name="reconciler pass")
     assert schedule.func == "sandboxes.reconciler.tasks.reconcile_pass"
     assert schedule.minutes == 2 and schedule.repeats == -1
+    sweep = Schedule.objects.get(name="notifications sweep")
+    assert sweep.func == "sandboxes.notifications.delivery.sweep" and sweep.repeats == -1
+    assert Schedule.objects.count() == 2
     assert settings.Q_CLUSTER["retry"] > settings.Q_CLUSTER["timeout"]
     assert settings.Q_CLUSTER["catch_up"] is False
 

@@ -12,8 +12,9 @@ from django.db import connection, transaction
 from django.test import Client
 from hypothesis import HealthCheck, settings
 
-from sandboxes.models import ApiToken
+from sandboxes.models import ApiToken, NotificationChannel
 from sandboxes.models.choices import HoldCode, Stage
+from sandboxes.notifications.secrets import encrypt
 from sandboxes.roles import ADMINS, OPERATORS, REVIEWERS
 from tests.console.conftest import clean_compare
 from tests.factories import EnvironmentFactory, RetirementFactory, UserFactory
@@ -63,10 +64,20 @@ def world(db):
         hold_reasons={HoldCode.OPERATOR_HOLD: "Held by someone: customer asked"},
     )
     token, raw = ApiToken.issue("victim-token", "ingest")
+    environment = EnvironmentFactory(retirement_mode="auto")
     return {
         "awaiting": awaiting,
         "held": held,
-        "environment": EnvironmentFactory(retirement_mode="auto"),
+        "environment": environment,
+        # A webhook to a closed loopback port: a test send fails fast and is logged.
+        "channel": NotificationChannel.objects.create(
+            environment=environment,
+            name="ops-webhook",
+            kind="webhook",
+            url_encrypted=encrypt("http://127.0.0.1:9/hook"),
+            url_hint="http://127.0.0.1:9/…",
+            secret_encrypted=encrypt("whsec_" + "A" * 43 + "="),
+        ),
         "token": token,
         "token_raw": raw,
     }

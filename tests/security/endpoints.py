@@ -27,11 +27,15 @@ class Action:
     creates: dict = field(default_factory=dict)
     # Fields of the target row a success may change.
     may_change: frozenset = frozenset()
+    # The world object the URL names when it is not the row that changes
+    # (a create under an environment, a test send, a delete).
+    url_target: str | None = None
 
     def url(self, world) -> str:
-        if self.target is None:
+        target = self.url_target or self.target
+        if target is None:
             return reverse(self.name)
-        return reverse(self.name, kwargs={"pk": world[self.target].pk})
+        return reverse(self.name, kwargs={"pk": world[target].pk})
 
     def row(self, world):
         return world[self.target] if self.target else None
@@ -151,6 +155,59 @@ ACTIONS = [
         may_change=frozenset({"revoked_at"}),
     ),
 ]
+CHANNEL_ACTIONS = [
+    Action(
+        "channel-create",
+        ADMINS_ONLY,
+        "channel.create",
+        None,
+        lambda w: {"name": "ops-hook", "kind": "webhook", "url": "https://hooks.example.com/x"},
+        200,  # the page that shows the new signing secret once
+        creates={"sandboxes.NotificationChannel": 1},
+        url_target="environment",
+    ),
+    Action(
+        "channel-update",
+        ADMINS_ONLY,
+        "channel.update",
+        "channel",
+        lambda w: {"name": "renamed", "reason": "security test"},
+        302,
+        may_change=frozenset({"name", "enabled", "events", "updated_at"}),
+    ),
+    Action(
+        "channel-rotate",
+        ADMINS_ONLY,
+        "channel.rotate_secret",
+        "channel",
+        _reason,
+        200,
+        may_change=frozenset({"secret_encrypted", "secret_env", "secret_set_at", "updated_at"}),
+    ),
+    Action(
+        "channel-test",
+        ADMINS_ONLY,
+        "channel.test",
+        None,
+        lambda w: {},
+        302,
+        status_tells=False,
+        creates={"sandboxes.NotificationEvent": 1, "sandboxes.NotificationDelivery": 1},
+        url_target="channel",
+    ),
+    Action(
+        "channel-delete",
+        ADMINS_ONLY,
+        "channel.delete",
+        None,
+        _reason,
+        302,
+        status_tells=False,
+        creates={"sandboxes.NotificationChannel": -1},
+        url_target="channel",
+    ),
+]
+ACTIONS += CHANNEL_ACTIONS
 ACTIONS_BY_NAME = {a.name: a for a in ACTIONS}
 
 # Read-only console pages: login and a console role, GET only.
@@ -167,6 +224,8 @@ PAGES = {
     "passes": None,
     "environments": None,
     "tokens": None,
+    "channels": "environment",
+    "channel-detail": "channel",
 }
 # Session endpoints with their own rules (tested in test_session / test_login_limit).
 SESSION = {"login", "logout"}

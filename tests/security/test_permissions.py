@@ -55,6 +55,11 @@ def test_operators_cannot_attest_edit_policy_or_manage_tokens(users, world):
         "environment-policy",
         "token-create",
         "token-revoke",
+        "channel-create",
+        "channel-update",
+        "channel-rotate",
+        "channel-test",
+        "channel-delete",
     }
 
 

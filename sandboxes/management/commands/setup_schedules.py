@@ -4,6 +4,8 @@ from django_q.models import Schedule
 
 RECONCILE = "reconciler pass"
 TASK = "sandboxes.reconciler.tasks.reconcile_pass"
+NOTIFY = "notifications sweep"
+NOTIFY_TASK = "sandboxes.notifications.delivery.sweep"
 
 
 class Command(BaseCommand):
@@ -34,3 +36,15 @@ class Command(BaseCommand):
         )
         verb = "created" if created else "updated"
         self.stdout.write(f"{verb} schedule {schedule.name!r}: {TASK} every {minutes} min")
+        # Retries of notification deliveries and the overdue-reconciler check.
+        schedule, created = Schedule.objects.update_or_create(
+            name=NOTIFY,
+            defaults={
+                "func": NOTIFY_TASK,
+                "schedule_type": Schedule.MINUTES,
+                "minutes": 1,
+                "repeats": -1,
+            },
+        )
+        verb = "created" if created else "updated"
+        self.stdout.write(f"{verb} schedule {schedule.name!r}: {NOTIFY_TASK} every 1 min")

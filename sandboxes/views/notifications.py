@@ -1,0 +1,171 @@
+"""Notification channels of an environment, and each channel's delivery log.
+
+Everyone with a console role reads them (no URL or secret is ever rendered);
+admins (edit_policy) create, change, rotate, test and delete them."""
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from sandboxes.actions import ActionRefused
+from sandboxes.forms import ChannelEditForm, ChannelForm
+from sandboxes.models import Environment, NotificationChannel, NotificationDelivery
+from sandboxes.notifications import channels as actions
+from sandboxes.views.common import console_view, keyset_page, permission
+
+LOG_PAGE_SIZE = 50
+
+
+def _channels_context(request, env, form=None, shown_secret="", created=None) -> dict:
+    return {
+        "env": env,
+        "channels": NotificationChannel.objects.filter(environment=env).order_by("name"),
+        "form": form or ChannelForm(),
+        "can_edit": request.user.has_perm("sandboxes.edit_policy"),
+        "shown_secret": shown_secret,
+        "created": created,
+    }
+
+
+@console_view
+@require_GET
+def channels(request, pk):
+    env = get_object_or_404(Environment, pk=pk)
+    return render(request, "sandboxes/channels.html", _channels_context(request, env))
+
+
+@require_POST
+@console_view
+@permission("edit_policy")
+def channel_create(request, pk):
+    env = get_object_or_404(Environment, pk=pk)
+    form = ChannelForm(request.POST)
+    if form.is_valid():
+        try:
+            channel, shown = actions.create_channel(env.pk, actor=request.user, **form.cleaned_data)
+        except ActionRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            if not shown:
+                messages.success(request, f"Channel {channel.name} added.")
+                return redirect("channels", pk=env.pk)
+            # The signing secret is shown in this response only; never cached.
+            response = render(
+                request,
+                "sandboxes/channels.html",
+                _channels_context(request, env, shown_secret=shown, created=channel),
+            )
+            response["Cache-Control"] = "no-store"
+            return response
+    context = _channels_context(request, env, form=form)
+    return render(request, "sandboxes/channels.html", context, status=400)
+
+
+def _detail_context(request, channel, form=None, shown_secret="") -> dict:
+    page = keyset_page(
+        NotificationDelivery.objects.filter(channel=channel).select_related("event"),
+        order="-created_at",
+        cursor=request.GET.get("after"),
+        size=LOG_PAGE_SIZE,
+    )
+    return {
+        "channel": channel,
+        "env": channel.environment,
+        "page": page,
+        "first_page": not request.GET.get("after"),
+        "form": form
+        or ChannelEditForm(
+            initial={
+                "name": channel.name,
+                "url_env": channel.url_env,
+                "secret_env": channel.secret_env,
+                "events": channel.events,
+                "enabled": channel.enabled,
+            }
+        ),
+        "can_edit": request.user.has_perm("sandboxes.edit_policy"),
+        "shown_secret": shown_secret,
+    }
+
+
+@console_view
+@require_GET
+def channel_detail(request, pk):
+    channel = get_object_or_404(NotificationChannel.objects.select_related("environment"), pk=pk)
+    return render(request, "sandboxes/channel_detail.html", _detail_context(request, channel))
+
+
+@require_POST
+@console_view
+@permission("edit_policy")
+def channel_update(request, pk):
+    channel = get_object_or_404(NotificationChannel, pk=pk)
+    form = ChannelEditForm(request.POST)
+    if form.is_valid():
+        try:
+            actions.update_channel(channel.pk, actor=request.user, **form.cleaned_data)
+        except ActionRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, "Channel saved.")
+            return redirect("channel-detail", pk=channel.pk)
+    context = _detail_context(request, channel, form=form)
+    return render(request, "sandboxes/channel_detail.html", context, status=400)
+
+
+@require_POST
+@console_view
+@permission("edit_policy")
+def channel_rotate(request, pk):
+    channel = get_object_or_404(NotificationChannel, pk=pk)
+    try:
+        channel, shown = actions.rotate_secret(
+            channel.pk, actor=request.user, reason=request.POST.get("reason", "")
+        )
+    except ActionRefused as exc:
+        messages.error(request, str(exc))
+        return redirect("channel-detail", pk=channel.pk)
+    response = render(
+        request,
+        "sandboxes/channel_detail.html",
+        _detail_context(request, channel, shown_secret=shown),
+    )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@console_view
+@permission("edit_policy")
+def channel_test(request, pk):
+    channel = get_object_or_404(NotificationChannel, pk=pk)
+    try:
+        delivery = actions.send_test(channel.pk, actor=request.user)
+    except ActionRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        if delivery.status == "delivered":
+            messages.success(request, "Test notification delivered.")
+        else:
+            messages.error(
+                request,
+                f"Test notification not delivered: {delivery.last_error or delivery.status}",
+            )
+    return redirect("channel-detail", pk=channel.pk)
+
+
+@require_POST
+@console_view
+@permission("edit_policy")
+def channel_delete(request, pk):
+    channel = get_object_or_404(NotificationChannel, pk=pk)
+    env_pk = channel.environment_id
+    try:
+        actions.delete_channel(
+            channel.pk, actor=request.user, reason=request.POST.get("reason", "")
+        )
+    except ActionRefused as exc:
+        messages.error(request, str(exc))
+        return redirect("channel-detail", pk=channel.pk)
+    messages.success(request, f"Channel {channel.name} deleted.")
+    return redirect("channels", pk=env_pk)
