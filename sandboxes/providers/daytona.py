@@ -29,6 +29,7 @@ from sandboxes.providers.base import (
     SandboxNotFound,
     SandboxState,
     TransientProviderError,
+    UnsafePath,
     check_relative_path,
     new_request_id,
     observed,
@@ -98,6 +99,15 @@ def trusted_origins(api_url: str, toolbox_hosts) -> frozenset[str]:
     return frozenset(out)
 
 
+def segment(sandbox_id: str) -> str:
+    """A sandbox id as one quoted URL path segment. Quoting leaves `.` and `..`
+    as they are and URL normalisation then drops them (`/sandbox/..` is `/`,
+    whose 404 would read as "destroyed"), so those and "" are refused."""
+    if sandbox_id in ("", ".", ".."):
+        raise UnsafePath(f"{sandbox_id!r} is not a sandbox id", sandbox_id=sandbox_id)
+    return quote(sandbox_id, safe="")
+
+
 def sandbox_info(data: object) -> SandboxInfo:
     if not isinstance(data, dict) or not isinstance(data.get("id"), str):
         raise ProviderProtocolError(f"not a sandbox: {str(data)[:200]}")
@@ -160,7 +170,7 @@ class DaytonaProvider(RetryingProvider):
     def _sandbox_url(self, sandbox_id: str) -> str:
         """/sandbox/{id or name}, the id quoted as ONE path segment: a name with a
         space, `/`, `?` or `#` must not name another path (or another sandbox)."""
-        return f"{self.api_url}/sandbox/{quote(sandbox_id, safe='')}"
+        return f"{self.api_url}/sandbox/{segment(sandbox_id)}"
 
     def close(self):
         self._closed.set()
@@ -576,7 +586,7 @@ class DaytonaProvider(RetryingProvider):
                 operation=operation,
                 sandbox_id=info.id,
             )
-        return info, f"{info.toolbox_proxy_url.rstrip('/')}/{quote(info.id, safe='')}"
+        return info, f"{info.toolbox_proxy_url.rstrip('/')}/{segment(info.id)}"
 
     def _execute(
         self, toolbox: str, command: str, info: SandboxInfo, budget: Budget, request_id: str

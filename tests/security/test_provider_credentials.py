@@ -14,6 +14,7 @@ import pytest
 
 from sandboxes import models as m
 from sandboxes.providers import reset_providers
+from sandboxes.providers.base import UnsafePath
 from sandboxes.providers.daytona import UntrustedHost, trusted_origins
 from sandboxes.providers.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes.reconciler.passes import run_pass
@@ -138,3 +139,21 @@ def test_the_reconciler_records_the_refusal_on_the_retirement(
     assert "UntrustedHost" in r.last_error and "refused to send the API key" in r.last_error
     assert r.stage == m.Stage.FAILED
     assert server.seen == []
+
+
+# --- ids that are not one path segment (issue 13, item 6) ---------------------------
+
+
+@pytest.mark.parametrize("bad", ["", ".", ".."])
+@pytest.mark.parametrize("operation", ["get", "stop", "destroy"])
+def test_dot_ids_are_refused_before_any_request(simulator, bad, operation):
+    """Regression: GET /sandbox/.. is normalised to GET /, whose 404 read as
+    "destroyed" — a `..` record was dismissed as gone."""
+    client = make_client(simulator.url)
+    simulator.sim.calls.clear()
+    try:
+        with pytest.raises(UnsafePath):
+            getattr(client, operation)(bad)
+    finally:
+        client.close()
+    assert list(simulator.sim.calls) == []
