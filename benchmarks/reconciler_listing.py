@@ -1,16 +1,28 @@
-"""Reconciler listing + hold evaluation at 1,000 / 10,000 / 100,000 leases on
-PostgreSQL (a scratch database), beside a raw SQL count of the same candidate
-predicates. Prints time and query count per size.
+"""Reconciler listing, holds, sync and a whole no-change pass on PostgreSQL (a
+scratch database), each beside a raw SQL count of the same candidate predicates.
 
-    .venv/bin/python benchmarks/reconciler_listing.py [--sizes 1000,10000,100000]
+    .venv/bin/python benchmarks/reconciler_listing.py \
+        [--sizes 100000] [--fleet 10000,100000,1000000] [--repeat 5]
 
-Target (issue 4): 100k leases under 2 s, within 3x of the raw SQL count, and
-the same query count at every size. The listing turns PostgreSQL's JIT off
-for its transaction (compiling cost more than executing), so the raw count is
-timed both as the server is configured and with JIT off.
+Two fleets:
+
+* `--sizes`: issue 4's fleet (bulk_create, ~14 % of the leases are candidates).
+  Target (issue 16): 100k leases, listing + holds under 1 s.
+* `--fleet`: a year of history (sandboxes.bench_fleet, loaded with COPY): ~95 %
+  of the lease rows `expired`, one kept sandbox per 200 rows (5,000 at 1M)
+  across every kind and hold. Targets (issue 16) at 1M: listing + holds + sync
+  under 1 s and within 3x of the raw SQL count with JIT off; a pass over the
+  unchanged fleet under 300 ms, writing nothing but its ReconcilerPass row; the
+  same query count at every size.
+
+The listing turns PostgreSQL's JIT off for its transaction (compiling cost more
+than executing), so the raw count is timed both as configured and with JIT off.
+Each line ends with the machine's load average: the figures are only comparable
+with the floors measured beside them.
 """
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -36,7 +48,8 @@ WHERE NOT l.placeholder AND NOT e.placeholder
     SELECT 1 FROM sandboxes_environmentlease n
     WHERE n.provider = l.provider AND n.provider_lease_id = l.provider_lease_id
       AND n.id <> l.id
-      AND (n.acquired_at > l.acquired_at OR (n.acquired_at = l.acquired_at AND n.id > l.id)))
+      AND (n.acquired_at > l.acquired_at OR (n.acquired_at = l.acquired_at AND n.id > l.id)
+           OR n.acquired_at IS NULL OR l.acquired_at IS NULL))
   AND (
     (l.status = 'pending_cleanup' AND l.failure_reason = 'resume_failed')
     OR (r.status IN ('failed','cancelled','timed_out','interrupted') AND (
@@ -44,6 +57,7 @@ WHERE NOT l.placeholder AND NOT e.placeholder
           OR (l.disposition = 'keep_running' AND l.status IN ('released','failed')
               AND NOT EXISTS (SELECT 1 FROM sandboxes_receipt s
                               WHERE s.lease_id = l.id AND s.run_id = l.heartbeat_run_id
+                                AND s.provider_lease_id = l.provider_lease_id
                                 AND ((s.kind = 'termination' AND s.state = 'stopped')
                                      OR s.kind = 'stop_and_retain')))))
     OR (l.lease_policy = 'reuse_by_environment' AND l.status = 'retained'
@@ -187,73 +201,166 @@ def clear() -> None:
         cursor.execute(
             "TRUNCATE sandboxes_leaseintent, sandboxes_pendingexport, sandboxes_recoveryaction,"
             " sandboxes_retirement, sandboxes_environmentlease, sandboxes_heartbeatrun,"
-            " sandboxes_executionworkspace, sandboxes_issue, sandboxes_environment CASCADE"
+            " sandboxes_executionworkspace, sandboxes_issue, sandboxes_environment,"
+            " sandboxes_reconcilerpass CASCADE"
         )
 
 
+WRITES = ("INSERT", "UPDATE", "DELETE", "MERGE")
+
+
+def _is_write(sql: str) -> bool:
+    return sql.lstrip().upper().startswith(WRITES)
+
+
 def timed(fn, repeat: int):
+    """Median seconds, queries and write statements of the last run, and its result."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    times, queries, result = [], 0, None
+    times, result = [], None
     for _ in range(repeat):
         with CaptureQueriesContext(connection) as ctx:
             started = time.perf_counter()
             result = fn()
             times.append(time.perf_counter() - started)
-        queries = len(ctx.captured_queries)
-    return statistics.median(times), queries, result
+    sql = [q["sql"] for q in ctx.captured_queries]
+    return statistics.median(times), len(sql), [q for q in sql if _is_write(q)], result
+
+
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
+
+
+def raw_counters():
+    from django.db import connection, transaction
+
+    def raw_count():
+        with connection.cursor() as cursor:
+            cursor.execute(RAW_COUNT)
+            return cursor.fetchone()[0]
+
+    def raw_count_without_jit():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL jit = off")
+            cursor.execute(RAW_COUNT)
+            return cursor.fetchone()[0]
+
+    return raw_count, raw_count_without_jit
+
+
+def old_fleet(sizes: list[int], repeat: int) -> None:
+    from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
+
+    raw_count, raw_count_without_jit = raw_counters()
+    print("issue 4's fleet (~14 % candidates):")
+    print(
+        f"{'leases':>8} {'candidates':>10} {'held':>6} {'list+holds':>11} {'queries':>7}"
+        f" {'raw count':>10} {'ratio':>6} {'raw no-JIT':>10} {'ratio':>6} {'sync':>8}"
+    )
+    for n in sizes:
+        clear()
+        build_fleet(n)
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+        seconds, queries, _, evaluated = timed(evaluate_fleet, repeat)
+        raw_seconds, _, _, raw = timed(raw_count, repeat)
+        nojit_seconds, _, _, _ = timed(raw_count_without_jit, repeat)
+        assert raw == len(evaluated), (raw, len(evaluated))
+        sync_retirements()  # first sync creates the records
+        sync_seconds, _, _, _ = timed(sync_retirements, repeat)  # steady state
+        held = sum(1 for e in evaluated if e.blocking)
+        print(
+            f"{m_leases():>8} {len(evaluated):>10} {held:>6} {seconds * 1000:>9.0f}ms {queries:>7}"
+            f" {raw_seconds * 1000:>8.0f}ms {seconds / raw_seconds:>5.1f}x"
+            f" {nojit_seconds * 1000:>8.0f}ms {seconds / nojit_seconds:>5.1f}x"
+            f" {sync_seconds * 1000:>6.0f}ms  ({load()})"
+        )
+
+
+def year_fleet(sizes: list[int], repeat: int, per_kept: int) -> None:
+    from sandboxes.bench_fleet import build_fleet as build_year
+    from sandboxes.models import ReconcilerPass, Retirement
+    from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
+    from sandboxes.reconciler.passes import run_pass
+
+    raw_count, raw_count_without_jit = raw_counters()
+    print("\na year of history (~95 % expired, COPY-loaded):")
+    for n in sizes:
+        clear()
+        started = time.perf_counter()
+        stats = build_year(leases=n, kept=max(n // per_kept, 1))
+        built = time.perf_counter() - started
+        print(
+            f"\n{stats.leases:,} leases ({stats.expired / stats.leases:.0%} expired), "
+            f"{stats.kept_sandboxes:,} kept sandboxes; {sum(stats.rows.values()):,} rows "
+            f"loaded in {built:.0f} s ({load()})"
+        )
+        seconds, queries, _, evaluated = timed(evaluate_fleet, repeat)
+        nojit_seconds, _, _, raw = timed(raw_count_without_jit, repeat)
+        raw_seconds, _, _, _ = timed(raw_count, repeat)
+        assert raw == len(evaluated), (raw, len(evaluated))
+        held = sum(1 for e in evaluated if e.blocking)
+        print(
+            f"  listing + holds      {seconds * 1000:7.0f} ms {queries:3} queries  "
+            f"{len(evaluated):,} candidates, {held:,} held  ({load()})"
+        )
+        print(
+            f"  raw SQL count no-JIT {nojit_seconds * 1000:7.0f} ms   "
+            f"(listing {seconds / nojit_seconds:.1f}x; with JIT {raw_seconds * 1000:.0f} ms)"
+        )
+        first_seconds, first_queries, _, first = timed(sync_retirements, 1)
+        print(
+            f"  first sync           {first_seconds * 1000:7.0f} ms {first_queries:3} queries  "
+            f"{first.created:,} records created  ({load()})"
+        )
+        # A few operator holds, as an operator would leave them.
+        for pk in Retirement.objects.values_list("pk", flat=True)[:: max(per_kept // 4, 1)][:50]:
+            Retirement.objects.filter(pk=pk).update(operator_hold_reason="bench: keep for now")
+        sync_retirements()
+        sync_seconds, sync_queries, sync_writes, _ = timed(sync_retirements, repeat)
+        print(
+            f"  list + holds + sync  {sync_seconds * 1000:7.0f} ms {sync_queries:3} queries  "
+            f"{len(sync_writes)} writes, unchanged fleet  "
+            f"({sync_seconds / nojit_seconds:.1f}x raw no-JIT; {load()})"
+        )
+        pass_seconds, pass_queries, pass_writes, record = timed(run_pass, repeat)
+        other = [w for w in pass_writes if "sandboxes_reconcilerpass" not in w]
+        print(
+            f"  no-change pass       {pass_seconds * 1000:7.0f} ms {pass_queries:3} queries  "
+            f"{len(pass_writes)} writes ({len(other)} besides its pass row), "
+            f"{record.candidates:,} candidates  ({load()})"
+        )
+        for w in other[:5]:
+            print(f"    write: {w[:160]}")
+        assert ReconcilerPass.objects.count() == repeat
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--sizes", default="100000", help="issue 4's fleet; '' to skip")
+    parser.add_argument("--fleet", default="10000,100000,1000000", help="a year of history")
+    parser.add_argument("--per-kept", type=int, default=200, help="lease rows per kept sandbox")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument("--db", default=DB, help=f"scratch database (default {DB})")
     args = parser.parse_args()
-    setup(DB)
+    setup(args.db)
+    import logging
+
+    logging.getLogger("sandboxes").setLevel(logging.WARNING)  # the pass logs each run
     try:
-        from django.db import connection, transaction
-
-        from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
-
-        def raw_count():
-            with connection.cursor() as cursor:
-                cursor.execute(RAW_COUNT)
-                return cursor.fetchone()[0]
-
-        def raw_count_without_jit():
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL jit = off")
-                cursor.execute(RAW_COUNT)
-                return cursor.fetchone()[0]
-
-        print(
-            f"{'leases':>8} {'candidates':>10} {'held':>6} {'list+holds':>11} {'queries':>7}"
-            f" {'raw count':>10} {'ratio':>6} {'raw no-JIT':>10} {'ratio':>6} {'sync':>8}"
-        )
-        for n in [int(s) for s in args.sizes.split(",")]:
-            clear()
-            build_fleet(n)
-            with connection.cursor() as cursor:
-                cursor.execute("ANALYZE")
-            seconds, queries, evaluated = timed(evaluate_fleet, args.repeat)
-            raw_seconds, _, raw = timed(raw_count, args.repeat)
-            nojit_seconds, _, _ = timed(raw_count_without_jit, args.repeat)
-            assert raw == len(evaluated), (raw, len(evaluated))
-            sync_retirements()  # first sync creates the records
-            sync_seconds, _, _ = timed(sync_retirements, 1)  # steady state
-            held = sum(1 for e in evaluated if e.blocking)
-            total = m_leases()
-            print(
-                f"{total:>8} {len(evaluated):>10} {held:>6} {seconds * 1000:>9.0f}ms {queries:>7}"
-                f" {raw_seconds * 1000:>8.0f}ms {seconds / raw_seconds:>5.1f}x"
-                f" {nojit_seconds * 1000:>8.0f}ms {seconds / nojit_seconds:>5.1f}x"
-                f" {sync_seconds * 1000:>6.0f}ms"
-            )
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+        if sizes:
+            old_fleet(sizes, args.repeat)
+        fleet = [int(s) for s in args.fleet.split(",") if s]
+        if fleet:
+            year_fleet(fleet, args.repeat, args.per_kept)
     finally:
         if not args.keep:
-            teardown(DB)
+            teardown(args.db)
 
 
 def m_leases() -> int:

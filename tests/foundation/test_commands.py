@@ -72,6 +72,71 @@ def test_load_events_rejects_a_release_of_an_unknown_lease(tmp_path):
     assert m.Environment.objects.count() == 0
 
 
+def test_load_events_streams_batches_in_one_transaction(tmp_path):
+    """Batches of 2 over a 7-event file: everything lands, a progress line goes to
+    stderr, and a re-run counts every event as a duplicate."""
+    ids, events = graph()
+    events.append(event("lease.released", {"lease_id": ids["lease"], "disposition": "destroy"}))
+    events.append(
+        event(
+            "run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": "succeeded"}
+        )
+    )
+    path = write_lines(tmp_path, events, extra_lines=["", "   "])
+    out, err = StringIO(), StringIO()
+    call_command("load_events", path, batch_size=2, stdout=out, stderr=err)
+    assert "accepted 7, duplicates 0" in out.getvalue()
+    assert "7 accepted" in err.getvalue() and "events/s" in err.getvalue()
+    assert m.EnvironmentLease.objects.get(pk=ids["lease"]).released_at is not None
+    assert m.HeartbeatRun.objects.get(pk=ids["run"]).status == "succeeded"
+    call_command("load_events", path, batch_size=3, stdout=out, stderr=StringIO())
+    assert "accepted 0, duplicates 7" in out.getvalue()
+
+
+def test_load_events_error_in_a_later_batch_undoes_the_earlier_ones(tmp_path):
+    """All-or-nothing across batches: batches 1-2 applied, batch 3 rejected by the
+    apply step (an unknown lease), named by its file line, and nothing stays."""
+    _, events = graph()
+    unknown = "7d7f1c4e-4b7a-4a57-8e39-4b8a0a3e9d11"
+    events.append(event("lease.released", {"lease_id": unknown, "disposition": "destroy"}))
+    with pytest.raises(CommandError) as raised:
+        call_command("load_events", write_lines(tmp_path, events), batch_size=2)
+    assert "line 6: data.lease_id: unknown lease" in str(raised.value)
+    assert m.Environment.objects.count() == 0
+    assert m.IngestedEvent.objects.count() == 0
+
+
+def test_load_events_names_bad_lines_after_the_first_bad_batch(tmp_path):
+    """Once a line is bad nothing is applied, but later lines are still checked."""
+    _, events = graph()
+    events[0]["data"]["provider"] = "aws"
+    events[4]["data"]["status"] = "exploded"
+    with pytest.raises(CommandError) as raised:
+        call_command("load_events", write_lines(tmp_path, events), batch_size=2)
+    message = str(raised.value)
+    assert "line 1: data.provider" in message and "line 5: data.status" in message
+    assert m.Environment.objects.count() == m.IngestedEvent.objects.count() == 0
+
+
+def test_load_events_caps_the_errors_it_reports(tmp_path):
+    path = tmp_path / "garbage.jsonl"
+    path.write_text("{nope\n" * 250)
+    with pytest.raises(CommandError) as raised:
+        call_command("load_events", str(path), batch_size=50)
+    message = str(raised.value)
+    assert message.count("not valid JSON") == 100
+    assert "and 150 more error(s)" in message
+
+
+def test_load_events_refuses_a_file_that_is_not_utf8(tmp_path):
+    _, events = graph()
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(("\n".join(json.dumps(e) for e in events) + "\n").encode() + b"\xff\n")
+    with pytest.raises(CommandError, match="not UTF-8"):
+        call_command("load_events", str(path), batch_size=2)
+    assert m.Environment.objects.count() == 0
+
+
 def test_load_events_names_a_missing_file():
     with pytest.raises(CommandError, match="cannot read"):
         call_command("load_events", "/nonexistent/events.jsonl")

@@ -1,16 +1,24 @@
+import time
+from itertools import islice
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.ingest.apply import BatchRejected
-from sandboxes.ingest.schemas import decode_json
+from sandboxes.ingest.schemas import decode_json, may_hold_unstorable_text
+
+# Errors kept for the report: a file of garbage must not fill memory with messages.
+MAX_ERRORS = 100
 
 
 class Command(BaseCommand):
     help = (
         "Load Paperclip events from a JSON-lines file, one event per line, with the same "
-        "validation as POST /api/v1/events. The whole file is applied or nothing is."
+        "validation as POST /api/v1/events. The file is streamed in batches (constant "
+        "memory, a progress line on stderr) inside one transaction: the whole file is "
+        "applied or nothing is."
     )
 
     def add_arguments(self, parser):
@@ -18,48 +26,106 @@ class Command(BaseCommand):
         parser.add_argument(
             "--source", default="cli", help="Idempotency namespace for event ids (default: cli)."
         )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=settings.INGEST_MAX_EVENTS,
+            help="Events per batch (default: the API's limit, %(default)s).",
+        )
+        parser.add_argument(
+            "--progress-every",
+            type=float,
+            default=5.0,
+            help="Seconds between progress lines on stderr (default: %(default)s).",
+        )
 
-    def handle(self, *args, file, source, **options):
-        raw_events, errors = [], []
+    def handle(self, *args, file, source, batch_size, progress_every, **options):
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
         try:
-            with open(file, encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        raw_events.append((lineno, decode_json(line)))
-                    except ValueError as exc:
-                        errors.append(f"line {lineno}: not valid JSON: {exc}")
+            fh = open(file, encoding="utf-8")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise CommandError(f"cannot read {file}: {exc}") from exc
-
-        events = []
-        size = settings.INGEST_MAX_EVENTS
-        for start in range(0, len(raw_events), size):
-            chunk = raw_events[start : start + size]
-            batch, bad = validate_batch({"events": [e for _, e in chunk]}, max_events=size)
-            errors.extend(
-                f"line {chunk[e.index][0] if e.index is not None else '?'}: {e.path}: {e.message}"
-                for e in bad
-            )
-            events.append(batch)
-        if errors:
-            raise CommandError("nothing loaded:\n" + "\n".join(errors))
-
-        accepted = duplicates = 0
-        warnings = []
-        try:
-            with transaction.atomic():
-                for batch in events:
-                    result = apply_events(source, batch)
-                    accepted += result.accepted
-                    duplicates += result.duplicates
-                    warnings.extend(result.warnings)
-        except BatchRejected as rejected:
-            raise CommandError(
-                "nothing loaded:\n"
-                + "\n".join(f"event {e.index}: {e.path}: {e.message}" for e in rejected.errors)
-            ) from rejected
+        self.errors: list[str] = []
+        self.error_count = 0
+        warnings: list[str] = []
+        warning_count = 0
+        accepted = duplicates = lines = 0
+        started = last = time.monotonic()
+        with fh:
+            try:
+                with transaction.atomic():
+                    for chunk in _batches(fh, batch_size):
+                        lines = chunk[-1][0]
+                        batch, line_of = self._validate(chunk, batch_size)
+                        if self.error_count:
+                            continue  # nothing will be loaded; keep naming bad lines
+                        try:
+                            result = apply_events(source, batch)
+                        except BatchRejected as rejected:
+                            for e in rejected.errors:
+                                lineno = line_of[e.index] if e.index is not None else None
+                                self._error(lineno, f"{e.path}: {e.message}")
+                            continue
+                        accepted += result.accepted
+                        duplicates += result.duplicates
+                        for w in result.warnings:
+                            warning_count += 1
+                            if len(warnings) < MAX_ERRORS:
+                                lineno = line_of[w.index] if w.index is not None else "?"
+                                warnings.append(f"warning: line {lineno}: {w.path}: {w.message}")
+                        if time.monotonic() - last >= progress_every:
+                            last = time.monotonic()
+                            self._progress(lines, accepted, duplicates, started)
+                    if self.error_count:
+                        raise CommandError(self._report())
+            except UnicodeDecodeError as exc:
+                raise CommandError(f"nothing loaded: {file} is not UTF-8: {exc}") from exc
         for w in warnings:
-            self.stderr.write(f"warning: event {w.index}: {w.path}: {w.message}")
+            self.stderr.write(w)
+        if warning_count > len(warnings):
+            self.stderr.write(f"… and {warning_count - len(warnings)} more warning(s)")
+        self._progress(lines, accepted, duplicates, started)
         self.stdout.write(f"accepted {accepted}, duplicates {duplicates}")
+
+    def _validate(self, chunk: list[tuple[int, str]], size: int):
+        decoded = []
+        for lineno, line in chunk:
+            try:
+                decoded.append((lineno, decode_json(line)))
+            except ValueError as exc:
+                self._error(lineno, f"not valid JSON: {exc}")
+        check_text = any(may_hold_unstorable_text(line) for _, line in chunk)
+        batch, bad = validate_batch(
+            {"events": [e for _, e in decoded]}, max_events=size, check_text=check_text
+        )
+        for e in bad:
+            lineno = decoded[e.index][0] if e.index is not None else None
+            self._error(lineno, f"{e.path}: {e.message}")
+        # An event's index is its place in `decoded`: map it back to its line.
+        return batch, [lineno for lineno, _ in decoded]
+
+    def _error(self, lineno, message: str) -> None:
+        self.error_count += 1
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(f"line {lineno if lineno is not None else '?'}: {message}")
+
+    def _report(self) -> str:
+        more = self.error_count - len(self.errors)
+        tail = [f"… and {more} more error(s)"] if more else []
+        return "nothing loaded:\n" + "\n".join([*self.errors, *tail])
+
+    def _progress(self, lines, accepted, duplicates, started) -> None:
+        elapsed = max(time.monotonic() - started, 1e-9)
+        done = accepted + duplicates
+        self.stderr.write(
+            f"… line {lines:,}: {accepted:,} accepted, {duplicates:,} duplicates, "
+            f"{done / elapsed:,.0f} events/s"
+        )
+
+
+def _batches(fh, size: int):
+    """(line number, text) of the non-blank lines, `size` at a time."""
+    numbered = ((n, line) for n, line in enumerate(fh, start=1) if line.strip())
+    while chunk := list(islice(numbered, size)):
+        yield chunk
