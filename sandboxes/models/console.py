@@ -76,6 +76,13 @@ class Retirement(models.Model):
         default=False, help_text="The console started the sandbox and must stop it again."
     )
     size_bytes = models.BigIntegerField(null=True, blank=True)
+    # The sandbox's sizes as the provider last reported them on a status read
+    # (Daytona's `cpu`, `memory`, `disk`; the local provider measures disk).
+    # None is unknown, never 0: a cost needs them (issue 15 item 13).
+    reported_cpu = models.FloatField(null=True, blank=True, help_text="vCPUs.")
+    reported_memory_gib = models.FloatField(null=True, blank=True, help_text="GiB of memory.")
+    reported_disk_gib = models.FloatField(null=True, blank=True, help_text="GiB of disk.")
+    reported_at = models.DateTimeField(null=True, blank=True)
     listed_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -289,6 +296,11 @@ class ReconcilerPass(models.Model):
     kept_bytes = models.BigIntegerField(null=True, blank=True)
     counts_by_kind = models.JSONField(default=dict, blank=True)
     counts_by_stage = models.JSONField(default=dict, blank=True)
+    # Open records per environment name after the pass, and the daily cost they
+    # hold (null when no record could be priced; `cost_unknown` counts the rest).
+    counts_by_environment = models.JSONField(default=dict, blank=True)
+    cost_per_day = models.DecimalField(max_digits=14, decimal_places=4, null=True, blank=True)
+    cost_unknown = models.PositiveIntegerField(default=0)
     errors = models.JSONField(default=list, blank=True)
 
     class Meta:

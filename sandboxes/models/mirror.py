@@ -67,6 +67,16 @@ class MirroredModel(models.Model):
         return cls(pk=pk, placeholder=True, **defaults)
 
 
+PRICE_FIELDS = (
+    "price_vcpu_hour_running",
+    "price_memory_gib_hour_running",
+    "price_disk_gib_month_running",
+    "price_vcpu_hour_stopped",
+    "price_memory_gib_hour_stopped",
+    "price_disk_gib_month_stopped",
+)
+
+
 class Environment(MirroredModel):
     placeholder_defaults = {"name": lambda pk: f"environment {pk}"}
 
@@ -103,6 +113,28 @@ class Environment(MirroredModel):
         ),
     )
 
+    # The price table (issue 15 item 13): what a kept sandbox costs here, by the
+    # sizes the provider reports. Blank is "no price": its cost shows as unknown.
+    price_currency = models.CharField(max_length=3, default="USD")
+    price_vcpu_hour_running = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Per vCPU-hour, started."
+    )
+    price_memory_gib_hour_running = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Per GiB-hour, started."
+    )
+    price_disk_gib_month_running = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Per GiB-month, started."
+    )
+    price_vcpu_hour_stopped = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Per vCPU-hour, stopped."
+    )
+    price_memory_gib_hour_stopped = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Per GiB-hour, stopped."
+    )
+    price_disk_gib_month_stopped = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Per GiB-month, stopped."
+    )
+
     class Meta:
         ordering = ["name"]
         permissions = [("edit_policy", "Can edit an environment's retirement policy")]
@@ -114,6 +146,13 @@ class Environment(MirroredModel):
             models.CheckConstraint(
                 condition=Q(max_retirements_per_pass__gte=0), name="environment_cap_nonnegative"
             ),
+            *[
+                models.CheckConstraint(
+                    condition=Q(**{f"{name}__isnull": True}) | Q(**{f"{name}__gte": 0}),
+                    name=f"environment_{name}_nonnegative",
+                )
+                for name in PRICE_FIELDS
+            ],
         ]
 
     def __str__(self):

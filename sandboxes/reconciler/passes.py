@@ -19,11 +19,12 @@ from collections.abc import Callable
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from sandboxes.costs import fleet_costs
 from sandboxes.logging import log_context
 from sandboxes.models import Environment, ReconcilerPass, Retirement
 from sandboxes.models.choices import STAGES_CLOSED
 
-from . import machine
+from . import machine, sizes
 from .listing import evaluate_fleet, sync_retirements
 from .preservation import record_preservation_sources
 
@@ -138,6 +139,13 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
         log.exception("listing failed")
         errors.append({"step": "listing", "error": f"{type(exc).__name__}: {exc}"[:500]})
 
+    try:
+        # Reads only (every mode): the sizes what each kept sandbox costs is priced by.
+        sizes.refresh_sizes(w, env_id, now=started)
+    except machine.DB_LOST as exc:
+        log.warning("sizes: database connection lost: %s", exc)
+        machine.reset_connection()
+
     seen: set = set()
     db_errors = 0  # consecutive
     last_progress = time.monotonic()
@@ -190,6 +198,10 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
             by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + row["n"]
         record.counts_by_kind = by_kind
         record.counts_by_stage = by_stage
+        fleet = fleet_costs(scope)
+        record.counts_by_environment = fleet["by_environment"]
+        record.cost_per_day = fleet["cost_per_day"]
+        record.cost_unknown = fleet["unknown"]
         record.advanced = w.advanced
         record.retired = w.retired
         record.failed = w.failed
