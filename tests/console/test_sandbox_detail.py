@@ -60,10 +60,19 @@ def test_it_shows_the_compare_diff_with_sizes(as_reviewer, db):
         counts={"added": 1, "changed": 1, "deleted": 1},
     )
     body = _detail(as_reviewer, r).content.decode()
-    assert '<tr class="chg-added"><td>added</td><td><code>new.txt</code></td>' in body
+    assert (
+        '<tr class="chg-added"><td data-label="Change">added</td>'
+        '<td data-label="Path"><code>new.txt</code></td>'
+    ) in body
     assert "2.0\xa0KB" in body
-    assert '<tr class="chg-changed"><td>changed</td><td><code>src/app.py</code>' in body
-    assert '<tr class="chg-deleted"><td>deleted</td><td><code>old.txt</code>' in body
+    assert (
+        '<tr class="chg-changed"><td data-label="Change">changed</td>'
+        '<td data-label="Path"><code>src/app.py</code>'
+    ) in body
+    assert (
+        '<tr class="chg-deleted"><td data-label="Change">deleted</td>'
+        '<td data-label="Path"><code>old.txt</code>'
+    ) in body
     assert "unsaved files" in body
 
 
