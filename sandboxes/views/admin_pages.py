@@ -7,7 +7,8 @@ from django.views.decorators.http import require_GET, require_POST
 from sandboxes import actions
 from sandboxes.forms import PolicyForm, TokenForm
 from sandboxes.models import ApiToken, Environment, ReconcilerPass
-from sandboxes.views.common import console_view, keyset_page, permission
+from sandboxes.roles import ASSIGN_ROLES
+from sandboxes.views.common import console_view, keyset_page, permission, permission_named
 
 PASS_PAGE_SIZE = 50
 
@@ -119,3 +120,58 @@ def revoke_token(request, pk):
     else:
         messages.success(request, f"Token {token.name} revoked.")
     return redirect("tokens")
+
+
+# --- users and roles ---------------------------------------------------------------
+
+
+def _users_context(request, *, error: str = "") -> dict:
+    from django.contrib.auth import get_user_model
+
+    from sandboxes.roles import ROLE_WORDS, role_of
+
+    users = get_user_model().objects.prefetch_related("groups").order_by("username")
+    return {
+        "rows": [{"user": u, "role": role_of(u)} for u in users],
+        "roles": ROLE_WORDS,
+        "error": error,
+    }
+
+
+@console_view
+@permission_named(ASSIGN_ROLES)
+@require_GET
+def users(request):
+    return render(request, "sandboxes/users.html", _users_context(request))
+
+
+@require_POST
+@console_view
+@permission_named(ASSIGN_ROLES)
+def assign_role(request, pk):
+    from django.contrib.auth import get_user_model
+
+    from sandboxes.roles import ROLES, grant_role
+
+    user = get_object_or_404(get_user_model(), pk=pk)
+    role = request.POST.get("role", "")
+    reason = (request.POST.get("reason") or "").strip()
+    error = ""
+    if role and role not in ROLES:
+        error = f"Role: {role!r} is not a role (reviewer, operator or admin)."
+    elif not reason:
+        error = "Reason: a reason is required."
+    elif user.pk == request.user.pk:
+        error = "You cannot change your own role; ask another admin."
+    if error:
+        return render(
+            request, "sandboxes/users.html", _users_context(request, error=error), status=400
+        )
+    old, new = grant_role(user, role, actor=request.user, reason=reason[:2000])
+    if old == new:
+        messages.info(request, f"{user.get_username()} already has {new or 'no'} role.")
+    else:
+        messages.success(
+            request, f"{user.get_username()}: {old or 'no role'} → {new or 'no role'}."
+        )
+    return redirect("users")

@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Count, Max, Q
 from django.http import HttpResponse, HttpResponseNotModified
+from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
 
 from sandboxes.models import ReconcilerPass, Retirement
@@ -29,12 +30,13 @@ LIVE_TRIGGER = (
 
 
 def console_view(view):
-    """Login required (anonymous → login page), then a console role (else 403)."""
+    """Login required (anonymous → login page), then a console role (else a
+    403 page that says so, with a way to log out)."""
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
         if not request.user.has_perm(READ_PERMISSION):
-            raise PermissionDenied("This account has no console role.")
+            return render(request, "no_role.html", status=403)
         return view(request, *args, **kwargs)
 
     return login_required(wrapper)
@@ -42,11 +44,17 @@ def console_view(view):
 
 def permission(codename: str):
     """A server-side permission check for an action: 403 when missing."""
+    return permission_named(f"sandboxes.{codename}")
+
+
+def permission_named(perm: str):
+    """A server-side check of one permission ("app.codename"): 403 when missing."""
 
     def decorator(view):
         @wraps(view)
         def wrapper(request, *args, **kwargs):
-            if not request.user.has_perm(f"sandboxes.{codename}"):
+            if not request.user.has_perm(perm):
+                codename = perm.split(".", 1)[-1]
                 raise PermissionDenied(f"{codename.replace('_', ' ')} is not allowed")
             return view(request, *args, **kwargs)
 
