@@ -36,7 +36,7 @@ def describe(conn: psycopg.Connection) -> str:
 def columns_by_table(conn: psycopg.Connection, tables: Iterable[str]) -> dict[str, set[str]]:
     """The columns each table has in the connection's search path; a table that
     does not exist (an older Paperclip) is absent from the answer."""
-    with conn.cursor() as cur:
+    with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             """
             SELECT c.relname AS table_name, a.attname AS column_name

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +28,9 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
+from psycopg import Cursor, sql
 
 from sandboxes.logging import log_context
 from sandboxes.models import (
@@ -40,14 +42,12 @@ from sandboxes.models import (
     Receipt,
 )
 from sandboxes.models.choices import (
-    ExportState,
     IntentKind,
-    IntentState,
     ReceiptKind,
     TerminationState,
 )
 
-from . import source, translate
+from . import bulk, source, translate
 from .cursor import CursorStore
 from .translate import Malformed, Row, Save
 
@@ -213,54 +213,54 @@ class MirrorReport:
 
 
 def _ensure_exist(refs: dict[type, set[UUID]]) -> None:
-    """Create rows named but not (yet) mirrored as placeholders: 2 queries per model."""
+    """Create rows named but not (yet) mirrored as placeholders: one lookup per
+    model, and one insert-or-nothing for a model with some missing."""
+    with Cursor(connection.connection) as cur:
+        for model, ids in refs.items():
+            if not ids:
+                continue
+            cur.execute(
+                sql.SQL("SELECT id FROM {} WHERE id = ANY(%s::uuid[])").format(
+                    sql.Identifier(model._meta.db_table)
+                ),
+                [list(ids)],
+            )
+            refs[model] = ids - {row[0] for row in cur.fetchall()}
     for model, ids in refs.items():
         if not ids:
             continue
-        existing = set(model.objects.filter(pk__in=ids).values_list("pk", flat=True))
-        missing = ids - existing
-        if missing:
-            model.objects.bulk_create(
-                [model.placeholder_for(pk) for pk in missing],
-                ignore_conflicts=True,
-            )
-
-
-def _newer_than_stored(model: type[models.Model], rows: list[Row]) -> list[Row]:
-    """Drop rows whose source time is older than the row the console holds (DOMAIN
-    §4.1, issue 10 item 10): ingest and the mirror both write these tables, and a
-    late, older reading never overwrites newer state. The stored rows are locked,
-    as ingest locks them, so the two writers are ordered against each other."""
-    stored = dict(
-        model.objects.select_for_update()
-        .filter(pk__in=[row.pk for row in rows])
-        .values_list("pk", "source_updated_at")
-    )
-    fresh = []
-    for row in rows:
-        seen = stored.get(row.pk)
-        when = row.fields.get("source_updated_at")
-        if seen is not None and when is not None and seen > when:
-            continue
-        fresh.append(row)
-    return fresh
+        defaults = model.placeholder_defaults
+        bulk.upsert(
+            model,
+            (
+                {
+                    "id": pk,
+                    "placeholder": True,
+                    **{k: (v(pk) if callable(v) else v) for k, v in defaults.items()},
+                }
+                for pk in ids
+            ),
+            update=None,
+        )
 
 
 def _upsert(model: type[models.Model], rows: list[Row]) -> list[Row]:
-    rows = _newer_than_stored(model, rows) if rows else rows
+    """Upsert the page's rows; a row whose stored source time is newer than this
+    reading is left alone (DOMAIN §4.1, issue 10 item 10: ingest and the mirror
+    both write these tables and the newer source time wins, under the row lock
+    the upsert takes). Returns the rows written."""
     if not rows:
         return rows
     fields = sorted({f for row in rows for f in row.fields})
-    objs = [model(pk=row.pk, placeholder=bool(row.quarantined), **row.fields) for row in rows]
-    update_fields = [model._meta.get_field(f).name for f in fields] + ["placeholder", "updated_at"]
-    model.objects.bulk_create(
-        objs,
-        batch_size=1000,
-        update_conflicts=True,
-        unique_fields=["id"],
-        update_fields=update_fields,
+    written = set(
+        bulk.upsert(
+            model,
+            ({"id": row.pk, "placeholder": bool(row.quarantined), **row.fields} for row in rows),
+            update=[*fields, "placeholder"],
+            newer_only=True,
+        )
     )
-    return rows
+    return [row for row in rows if row.pk in written]
 
 
 def _fill_providers(rows: list[Row]) -> None:
@@ -283,7 +283,7 @@ def _settle(rows: list[Row], report: MirrorReport) -> None:
     the stop settles (sandbox-stop-and-retain.ts settleStopOnlyCleanup,
     native-workspace-export-resume.ts): a mirrored intent or export whose key
     disappeared is settled. With a stop receipt beside it, it was confirmed
-    (export done); without, it was withdrawn (cancelled / failed). 4 queries."""
+    (export done); without, it was withdrawn (cancelled / failed). 2 queries."""
     stopped, dropped_intents, dropped_exports = set(), set(), set()
     for row in rows:
         if row.quarantined:
@@ -297,18 +297,22 @@ def _settle(rows: list[Row], report: MirrorReport) -> None:
             dropped_intents.add(translate.intent_id(row.pk, IntentKind.STOP_AND_RETAIN))
         if not row.exports:
             dropped_exports.add(translate.export_id(row.pk))
-    if dropped_intents:
-        pending = LeaseIntent.objects.filter(pk__in=dropped_intents, state=IntentState.PENDING)
-        report.settled += pending.filter(lease_id__in=stopped).update(
-            state=IntentState.CONFIRMED, updated_at=timezone.now()
-        )
-        report.settled += pending.update(state=IntentState.CANCELLED, updated_at=timezone.now())
-    if dropped_exports:
-        pending = PendingExport.objects.filter(pk__in=dropped_exports, state=ExportState.PENDING)
-        report.settled += pending.filter(lease_id__in=stopped).update(
-            state=ExportState.DONE, updated_at=timezone.now()
-        )
-        report.settled += pending.update(state=ExportState.FAILED, updated_at=timezone.now())
+    with Cursor(connection.connection) as cur:
+        for table, ids, done, gone in (
+            (LeaseIntent._meta.db_table, dropped_intents, "confirmed", "cancelled"),
+            (PendingExport._meta.db_table, dropped_exports, "done", "failed"),
+        ):
+            if not ids:
+                continue
+            cur.execute(
+                sql.SQL(
+                    "UPDATE {} SET state = CASE WHEN lease_id = ANY(%s::uuid[])"
+                    " THEN %s::text ELSE %s::text END, updated_at = %s"
+                    " WHERE id = ANY(%s::uuid[]) AND state = 'pending'"
+                ).format(sql.Identifier(table)),
+                [list(stopped), done, gone, timezone.now(), list(ids)],
+            )
+            report.settled += cur.rowcount
 
 
 def _write_rows(rows: list[Row], report: MirrorReport) -> int:
@@ -323,31 +327,22 @@ def _write_rows(rows: list[Row], report: MirrorReport) -> int:
     _ensure_exist(refs)
     fresh = _upsert(model, rows)
 
-    receipts = [Receipt(actor="paperclip", **r) for row in rows for r in row.receipts]
+    receipts = [
+        {"id": uuid.uuid4(), "actor": "paperclip", **r} for row in rows for r in row.receipts
+    ]
     if receipts:
-        leases = {r.lease_id for r in receipts}
-        before = Receipt.objects.filter(lease_id__in=leases).count()
-        Receipt.objects.bulk_create(receipts, batch_size=1000, ignore_conflicts=True)
-        report.receipts += Receipt.objects.filter(lease_id__in=leases).count() - before
-    intents = [LeaseIntent(placeholder=False, **i) for row in fresh for i in row.intents]
+        report.receipts += len(
+            bulk.upsert(Receipt, receipts, update=None, conflict=("lease_id", "kind", "request_id"))
+        )
+    intents = [{"placeholder": False, **i} for row in fresh for i in row.intents]
     if intents:
-        LeaseIntent.objects.bulk_create(
-            intents,
-            batch_size=1000,
-            update_conflicts=True,
-            unique_fields=["id"],
-            update_fields=["lease", "kind", "state", "request_id", "placeholder", "updated_at"],
+        bulk.upsert(
+            LeaseIntent, intents, update=["lease_id", "kind", "state", "request_id", "placeholder"]
         )
         report.intents += len(intents)
-    exports = [PendingExport(placeholder=False, **e) for row in fresh for e in row.exports]
+    exports = [{"placeholder": False, **e} for row in fresh for e in row.exports]
     if exports:
-        PendingExport.objects.bulk_create(
-            exports,
-            batch_size=1000,
-            update_conflicts=True,
-            unique_fields=["id"],
-            update_fields=["lease", "state", "placeholder", "updated_at"],
-        )
+        bulk.upsert(PendingExport, exports, update=["lease_id", "state", "placeholder"])
         report.intents += len(exports)
     if model is EnvironmentLease:
         _settle(fresh, report)

@@ -109,10 +109,16 @@ def _uuid(value, what: str, *, required=False) -> UUID | None:
         raise Malformed(f"{what} is not a uuid: {value!r}", f"{what} is not a uuid") from None
 
 
+_VALUES: dict[type, frozenset] = {}
+
+
 def _choice(value, choices, what: str, *, nullable=False) -> str | None:
     if value is None and nullable:
         return None
-    if value not in choices.values:
+    allowed = _VALUES.get(choices)
+    if allowed is None:  # Django rebuilds .values on every access
+        allowed = _VALUES[choices] = frozenset(choices.values)
+    if value not in allowed:
         # Named, so an operator sees which value a newer Paperclip added.
         raise Malformed(f"unknown {what} {value!r}")
     return value

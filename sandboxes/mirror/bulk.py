@@ -1,0 +1,148 @@
+"""Set-based writes for the mirror: COPY a page into a staging table, then one
+INSERT … SELECT … ON CONFLICT into the model's table.
+
+The ORM's bulk_create quotes every value into the SQL text in Python (Django's
+psycopg backend binds client-side) and spent most of a mirror iteration there.
+COPY hands the rows to PostgreSQL in one stream through psycopg's C adapters;
+the upsert is then one statement per page. The model's Python-side defaults
+(Django declares no column defaults) fill what a page does not carry, so a
+new row is the same row the ORM would have written.
+
+Runs on Django's own connection, inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from django.db import connection, models
+from django.utils import timezone
+from psycopg import Cursor, sql
+from psycopg.types.json import Jsonb
+
+_stage_names = itertools.count()
+
+
+def _adapt(field: models.Field, value):
+    if value is None:
+        return None
+    if isinstance(field, models.JSONField):
+        return Jsonb(value)
+    if isinstance(field, models.ForeignKey) and isinstance(value, models.Model):
+        return value.pk
+    return value
+
+
+def _db_type(field: models.Field) -> str:
+    if isinstance(field, models.ForeignKey):
+        return field.target_field.rel_db_type(connection)
+    return field.db_type(connection)
+
+
+def upsert(
+    model: type[models.Model],
+    records: Iterable[dict],
+    *,
+    update: Iterable[str] | None = None,
+    conflict: Iterable[str] = ("id",),
+    newer_only: bool = False,
+) -> list:
+    """Insert `records` (field name → value; `id` included) into `model`'s table.
+
+    On a conflict on `conflict`, update the fields in `update` (and
+    `updated_at`), or do nothing when `update` is None. With `newer_only`, a
+    stored row whose `source_updated_at` is newer than the record's is left as
+    it is (ingest and the mirror both write these rows; the newer source time
+    wins, under the row lock ON CONFLICT takes). Returns the ids written
+    (inserted or updated), in no order.
+    """
+    by_key: dict = {}
+    conflict = tuple(conflict)
+    for record in records:
+        by_key[tuple(record.get(c) for c in conflict)] = record  # last one wins
+    rows = list(by_key.values())
+    if not rows:
+        return []
+    meta = model._meta
+    now = timezone.now()
+    keys = list(dict.fromkeys(key for record in rows for key in record))
+    for stamp in ("created_at", "updated_at"):
+        if stamp not in keys and any(f.name == stamp for f in meta.concrete_fields):
+            keys.append(stamp)
+            for record in rows:
+                record[stamp] = now
+    # A record's keys are field names or attnames ("lease_id"): both resolve.
+    fields = [meta.get_field(key) for key in keys]
+    given = set(fields)
+    constants = []  # (field, value): the model's defaults for what no record carries
+    for f in meta.concrete_fields:
+        if f in given or f.primary_key:
+            continue
+        value = f.get_default()  # as the ORM would: the default, "" for blank text
+        if value is not None:
+            constants.append((f, value))
+        elif not f.null:
+            raise ValueError(f"{model.__name__}.{f.name} has no value and no default")
+
+    stage = f"_mirror_stage_{next(_stage_names)}"
+    connection.ensure_connection()
+    raw = connection.connection  # psycopg's connection: server-side binding below
+    with Cursor(raw) as cur:
+        cur.execute(
+            sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(
+                sql.Identifier(stage),
+                sql.SQL(", ").join(
+                    sql.SQL("{} {}").format(sql.Identifier(f.column), sql.SQL(_db_type(f)))
+                    for f in fields
+                ),
+            )
+        )
+        with cur.copy(
+            sql.SQL("COPY {} ({}) FROM STDIN").format(
+                sql.Identifier(stage),
+                sql.SQL(", ").join(sql.Identifier(f.column) for f in fields),
+            )
+        ) as copy:
+            for record in rows:
+                copy.write_row(
+                    [_adapt(f, record.get(k)) for k, f in zip(keys, fields, strict=True)]
+                )
+
+        target = sql.Identifier(meta.db_table)
+        columns = [f.column for f in fields] + [f.column for f, _ in constants]
+        select = [sql.Identifier(f.column) for f in fields] + [
+            sql.SQL("%s::{}").format(sql.SQL(_db_type(f))) for f, _ in constants
+        ]
+        if update is None:
+            on_conflict = sql.SQL("DO NOTHING")
+        else:
+            assignments = [meta.get_field(name).column for name in (*update, "updated_at")]
+            on_conflict = sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
+                    for c in dict.fromkeys(assignments)
+                )
+            )
+            if newer_only:
+                on_conflict += sql.SQL(
+                    " WHERE {t}.source_updated_at IS NULL OR EXCLUDED.source_updated_at IS NULL"
+                    " OR {t}.source_updated_at <= EXCLUDED.source_updated_at"
+                ).format(t=target)
+        cur.execute(
+            sql.SQL(
+                "INSERT INTO {t} ({cols}) SELECT {sel} FROM {stage}"
+                " ON CONFLICT ({key}) {on_conflict} RETURNING {pk}"
+            ).format(
+                t=target,
+                cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
+                sel=sql.SQL(", ").join(select),
+                stage=sql.Identifier(stage),
+                key=sql.SQL(", ").join(sql.Identifier(meta.get_field(c).column) for c in conflict),
+                on_conflict=on_conflict,
+                pk=sql.Identifier(meta.pk.column),
+            ),
+            [_adapt(f, value) for f, value in constants],
+        )
+        written = [row[0] for row in cur.fetchall()]
+    return written
