@@ -65,6 +65,9 @@ class Retirement(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    failing_since = models.DateTimeField(
+        null=True, blank=True, help_text="When the current run of failed attempts began."
+    )
     needs_attention = models.BooleanField(default=False)
     # Fenced claim: a worker owns the row while attempt_id matches and
     # claimed_until is in the future.

@@ -483,6 +483,7 @@ def _succeeded(r: Retirement) -> None:
     r.attempts = 0
     r.needs_attention = False
     r.last_error = ""
+    r.failing_since = None
 
 
 # --- steps --------------------------------------------------------------------------
@@ -821,6 +822,7 @@ def record_failure(retirement_id, attempt_id, exc: BaseException, worker: Worker
             was_stage = r.stage
             was_attempts = r.attempts
             r.attempts += 1
+            r.failing_since = r.failing_since or now
             r.last_error = f"{type(exc).__name__}: {exc}"[:2000]
             r.needs_attention = r.attempts >= NEEDS_ATTENTION_AFTER
             r.next_attempt_at = now + backoff(r.attempts)

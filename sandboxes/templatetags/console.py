@@ -33,6 +33,14 @@ def files(items):
 
 
 @register.filter
+def money(value, currency="USD"):
+    """A cost, or "unknown" - never 0 for a cost that could not be computed."""
+    from sandboxes.costs import money as fmt
+
+    return fmt(value, currency or "USD")
+
+
+@register.filter
 def changes(event):
     """An audit row's before → after in words (sandboxes.views.humanize)."""
     return change_rows(event.before, event.after)

@@ -117,3 +117,100 @@ def test_the_trend_line_ends_on_the_same_number_as_the_open_tile(as_reviewer, db
     body = as_reviewer.get(reverse("dashboard")).content.decode()
     assert 'data-tile="open">14<' in body
     assert "kept sandboxes (now 14)" in body
+
+
+def test_failing_records_are_up_front_with_failing_since_and_the_last_error(as_reviewer, db):
+    # Issue 15 item 8: failing now, not only after 5 attempts.
+    since = timezone.now() - timedelta(hours=2)
+    RetirementFactory(
+        stage=Stage.FAILED,
+        attempts=1,
+        failing_since=since,
+        last_error="TransientProviderError: 503 from provider",
+        provider_lease_id="sbx-failing",
+    )
+    RetirementFactory(stage=Stage.LISTED, provider_lease_id="sbx-fine")
+    body = as_reviewer.get(reverse("dashboard")).content.decode()
+    assert 'data-tile="failing">1<' in body
+    row = body.split('data-failing="sbx-failing"', 1)[1].split("</tr>", 1)[0]
+    assert "2\xa0hours ago" in row
+    assert "503 from provider" in row
+    assert 'data-failing="sbx-fine"' not in body
+    # Failing comes before the tables of counts.
+    assert body.index("Failing now") < body.index("By stage")
+
+
+def test_an_overdue_reconciler_gets_a_banner_like_a_missed_ping(as_reviewer, db):
+    from django_q.models import Schedule
+
+    Schedule.objects.create(
+        name="reconciler pass", func="x", schedule_type=Schedule.MINUTES, minutes=3
+    )
+    ReconcilerPassFactory(started_at=timezone.now() - timedelta(minutes=7))
+    body = as_reviewer.get(reverse("dashboard")).content.decode()
+    assert 'data-banner="overdue"' in body
+    assert "Reconciler overdue:" in body and "last pass 7\xa0minutes ago" in body
+    assert "every 3 min" in body
+    # The banner polls on its own (it ages with the clock, not the data).
+    part = as_reviewer.get(reverse("dashboard"), {"part": "health"}, **HX)
+    assert part.content.lstrip().startswith(b'<div id="health"')
+    assert b"Reconciler overdue" in part.content
+    # Within twice the schedule (6 min) is on time.
+    ReconcilerPassFactory(started_at=timezone.now() - timedelta(minutes=5))
+    assert b"data-banner" not in as_reviewer.get(reverse("dashboard")).content
+
+
+def test_it_shows_cost_held_by_environment_and_kind_and_reclaimed(as_reviewer, db):
+    from decimal import Decimal
+
+    from tests.factories import EnvironmentFactory
+
+    prices = {
+        "price_vcpu_hour_stopped": Decimal(0),
+        "price_memory_gib_hour_stopped": Decimal(0),
+        "price_disk_gib_month_stopped": Decimal("36.5"),  # 1.20 per GiB-day
+        "price_vcpu_hour_running": Decimal(1),
+        "price_memory_gib_hour_running": Decimal(1),
+        "price_disk_gib_month_running": Decimal(1),
+    }
+    east = EnvironmentFactory(name="east", **prices)
+    RetirementFactory(lease__environment=east, provider_state="stopped", reported_disk_gib=10)
+    RetirementFactory(lease__environment=east, provider_state="stopped")  # size unknown
+    RetirementFactory(
+        lease__environment=east,
+        stage=Stage.RETIRED,
+        provider_state="destroyed",
+        reported_disk_gib=5,
+        closed_at=timezone.now() - timedelta(days=3),
+    )
+    body = as_reviewer.get(reverse("dashboard")).content.decode()
+    assert 'data-tile="cost">$12.00<' in body and "1 not priced" in body
+    assert 'data-cost-env="east">$12.00' in body and "+ 1 unknown" in body
+    assert 'data-cost-kind="abandoned_warm">$12.00' in body
+    assert "<strong data-reclaimed>$6.00</strong>" in body
+
+
+def test_unknown_cost_reads_unknown_not_zero(as_reviewer, db):
+    RetirementFactory(provider_state="stopped", reported_disk_gib=10)  # no price table
+    body = as_reviewer.get(reverse("dashboard")).content.decode()
+    assert 'data-tile="cost">unknown<' in body
+    assert "$0.00" not in body
+
+
+def test_the_trend_labels_its_axes_and_splits_by_environment(as_reviewer, db):
+    from tests.factories import EnvironmentFactory
+
+    for name in ("east", "west"):
+        RetirementFactory(lease__environment=EnvironmentFactory(name=name))
+    ReconcilerPassFactory(
+        started_at=timezone.now() - timedelta(minutes=2),
+        candidates=3,
+        counts_by_environment={"east": 2, "west": 1},
+    )
+    body = as_reviewer.get(reverse("dashboard")).content.decode()
+    assert ">sandboxes</text>" in body and "reconciler passes, oldest to now" in body
+    assert body.count("<polyline") == 1
+    split = as_reviewer.get(reverse("dashboard"), {"split": "environment"}).content.decode()
+    assert split.count('class="line"') == 2
+    assert "east" in split and "west" in split
+    assert "2 kept (east)" in split and "now: 1 kept (west)" in split

@@ -787,3 +787,24 @@ def test_every_failed_attempt_is_audited_with_its_error(warm, local, reconcile, 
     for n, row in enumerate(rows, start=1):
         assert f"(attempt {n})" in row.reason
         assert row.before["attempts"] == n - 1
+
+
+def test_failing_since_marks_the_first_failure_of_a_run_and_clears_on_success(
+    warm, local, reconcile, monkeypatch
+):
+    lease = abandoned(warm)
+
+    def flaky(*args, **kwargs):
+        raise TransientProviderError("503")
+
+    monkeypatch.setattr(local.inner, "hash_files", flaky)
+    reconcile()
+    first = retirement_of(lease).failing_since
+    assert first is not None
+    m.Retirement.objects.filter(pk=retirement_of(lease).pk).update(next_attempt_at=timezone.now())
+    reconcile()
+    assert retirement_of(lease).attempts == 2 and retirement_of(lease).failing_since == first
+    monkeypatch.undo()
+    m.Retirement.objects.filter(pk=retirement_of(lease).pk).update(next_attempt_at=timezone.now())
+    reconcile()
+    assert retirement_of(lease).failing_since is None

@@ -69,7 +69,7 @@ def test_an_operator_watches_a_pass_then_approves_and_finds_the_audit_row(
     expect(awaiting).to_have_text("1")
     thread.join(timeout=30)
     assert page.evaluate("window.__notReloaded") is True
-    expect(page.locator("figure.chart svg")).to_be_visible()
+    expect(page.locator("figure.chart > svg")).to_be_visible()
     shot(page, "dashboard")
 
     page.get_by_role("link", name="Kept sandboxes").click()
