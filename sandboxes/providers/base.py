@@ -25,18 +25,32 @@ T = TypeVar("T")
 
 
 class SandboxState(StrEnum):
+    """Daytona's `SandboxState`, all 22 values (daytonaio/daytona
+    apps/api/src/sandbox/enums/sandbox-state.enum.ts; the `daytona-api-client`
+    model of the same name). Anything newer parses as `unknown`; `raw` keeps it."""
+
+    CREATING = "creating"
+    RESTORING = "restoring"
+    DESTROYED = "destroyed"
+    DESTROYING = "destroying"
     STARTED = "started"
     STOPPED = "stopped"
     STARTING = "starting"
     STOPPING = "stopping"
-    ARCHIVED = "archived"
-    ARCHIVING = "archiving"
-    RESTORING = "restoring"
     ERROR = "error"
     BUILD_FAILED = "build_failed"
-    DESTROYED = "destroyed"
-    DESTROYING = "destroying"
+    PENDING_BUILD = "pending_build"
+    BUILDING_SNAPSHOT = "building_snapshot"
     UNKNOWN = "unknown"
+    PULLING_SNAPSHOT = "pulling_snapshot"
+    ARCHIVED = "archived"
+    ARCHIVING = "archiving"
+    RESIZING = "resizing"
+    SNAPSHOTTING = "snapshotting"
+    FORKING = "forking"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    RESUMING = "resuming"
 
     @classmethod
     def parse(cls, value: object) -> SandboxState:
@@ -53,29 +67,67 @@ class SandboxState(StrEnum):
         return self in TRANSITIONAL_STATES
 
 
-# States that settle on their own; `unknown` covers provider states we do not
-# model (creating, pulling_snapshot, ...) which also settle without our help.
-TRANSITIONAL_STATES = frozenset(
+# States a sandbox rests in until someone acts. `paused` is one of them: a
+# paused sandbox stays paused (it can be stopped, or resumed where supported).
+SETTLED_STATES = frozenset(
     {
-        SandboxState.STARTING,
-        SandboxState.STOPPING,
-        SandboxState.ARCHIVING,
-        SandboxState.RESTORING,
-        SandboxState.DESTROYING,
-        SandboxState.UNKNOWN,
+        SandboxState.STARTED,
+        SandboxState.STOPPED,
+        SandboxState.ARCHIVED,
+        SandboxState.PAUSED,
+        SandboxState.ERROR,
+        SandboxState.BUILD_FAILED,
+        SandboxState.DESTROYED,
     }
 )
+# States that settle on their own; `unknown` also covers states newer than
+# this list, which settle without our help too.
+TRANSITIONAL_STATES = frozenset(set(SandboxState) - SETTLED_STATES)
 FAILED_STATES = frozenset({SandboxState.ERROR, SandboxState.BUILD_FAILED})
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What a sandbox holds (Daytona's `cpu`, `gpu`, `memory` GiB, `disk` GiB):
+    what a kept sandbox costs while it is kept."""
+
+    cpu: int
+    memory_gib: int
+    disk_gib: int
+    gpu: int = 0
+
+    def as_payload(self) -> dict:
+        return {
+            "cpu": self.cpu,
+            "memory_gib": self.memory_gib,
+            "disk_gib": self.disk_gib,
+            "gpu": self.gpu,
+        }
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
+    """One read of a sandbox. `state` is where it is; `desired_state` where the
+    provider is taking it (Daytona's `desiredState`): right after a stop, start or
+    delete the old state stays while the request is pending. A sandbox whose
+    deletion was accepted reads `destroying` whatever its old state, because
+    Daytona has renamed it and will not bring it back."""
+
     id: str
     name: str
     state: SandboxState
     labels: dict[str, str]
     toolbox_proxy_url: str | None
     raw: dict = field(default_factory=dict, compare=False)
+    desired_state: str | None = None
+    resources: Resources | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A requested change the provider has not finished yet."""
+        return bool(self.desired_state) and self.desired_state != str(
+            self.raw.get("state") or self.state
+        )
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from sandboxes.providers.base import (
     ProviderAuthError,
     ProviderError,
     ProviderProtocolError,
+    Resources,
     RetryingProvider,
     RootNotFound,
     SandboxInfo,
@@ -36,6 +37,8 @@ from sandboxes.providers.base import (
     utcnow,
 )
 
+# daytonaio/daytona apps/proxy/pkg/proxy/proxy.go SKIP_LAST_ACTIVITY_UPDATE_HEADER;
+# the proxy skips the update only when the value is exactly "true".
 SKIP_ACTIVITY = {"X-Daytona-Skip-Last-Activity-Update": "true"}
 CHUNK_SIZE = 64 * 1024
 BULK_BATCH = 64
@@ -48,6 +51,21 @@ _TARGETS = {
     "stop": frozenset({SandboxState.STOPPED, SandboxState.ARCHIVED}),
     "archive": frozenset({SandboxState.ARCHIVED}),
 }
+# Daytona's `desiredState` once each action is accepted.
+_DESIRED = {"start": "started", "stop": "stopped", "archive": "archived"}
+# Archive needs a stopped sandbox ("Sandbox is not stopped"): stop these first.
+_ARCHIVE_STOPS_FIRST = frozenset({SandboxState.STARTED, SandboxState.PAUSED})
+# Daytona's start holds its answer up to 30 s waiting for `started`
+# (sandbox.controller.ts waitForSandboxStarted); a shorter read timeout would cut
+# a start that is going well and retry it into 409s.
+SERVER_START_WAIT_SECONDS = 30.0
+
+
+def _shown(info: SandboxInfo) -> str:
+    state = str(info.raw.get("state") or info.state)
+    if info.pending and info.desired_state:
+        return f"{state} (desired {info.desired_state})"
+    return state
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -69,7 +87,7 @@ def _message(response: httpx.Response) -> str:
     except ValueError:
         return response.text[:300]
     if isinstance(body, dict):
-        for key in ("message", "error", "detail"):
+        for key in ("message", "error", "errors", "detail"):
             if isinstance(body.get(key), str | list):
                 return str(body[key])
     return str(body)[:300]
@@ -108,19 +126,42 @@ def segment(sandbox_id: str) -> str:
     return quote(sandbox_id, safe="")
 
 
+def _resources(data: dict) -> Resources | None:
+    values = [data.get(key) for key in ("cpu", "memory", "disk")]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return None
+    gpu = data.get("gpu")
+    return Resources(
+        cpu=int(values[0]),
+        memory_gib=int(values[1]),
+        disk_gib=int(values[2]),
+        gpu=int(gpu) if isinstance(gpu, int | float) and not isinstance(gpu, bool) else 0,
+    )
+
+
 def sandbox_info(data: object) -> SandboxInfo:
+    """Read a `Sandbox` or `SandboxListItem` (daytona-api-client models)."""
     if not isinstance(data, dict) or not isinstance(data.get("id"), str):
         raise ProviderProtocolError(f"not a sandbox: {str(data)[:200]}")
     labels = data.get("labels") or {}
     if not isinstance(labels, dict):
         raise ProviderProtocolError(f"sandbox {data['id']} has labels {labels!r}")
+    desired = data.get("desiredState")
+    desired = desired.strip().lower() if isinstance(desired, str) and desired.strip() else None
+    state = SandboxState.parse(data.get("state"))
+    if desired == "destroyed" and state != SandboxState.DESTROYED:
+        # Soft-deleted (sandbox.service.ts destroy): renamed, on its way out, and
+        # never coming back -- whatever state it still shows.
+        state = SandboxState.DESTROYING
     return SandboxInfo(
         id=data["id"],
         name=str(data.get("name") or data["id"]),
-        state=SandboxState.parse(data.get("state")),
+        state=state,
         labels={str(k): str(v) for k, v in labels.items()},
         toolbox_proxy_url=data.get("toolboxProxyUrl") or None,
         raw=data,
+        desired_state=desired,
+        resources=_resources(data),
     )
 
 
@@ -134,7 +175,7 @@ class DaytonaProvider(RetryingProvider):
         api_key: Callable[[], str | None] | str | None = None,
         api_key_env: str = "DAYTONA_API_KEY",
         toolbox_hosts: tuple[str, ...] | list[str] = (),
-        request_timeout: float = 30.0,
+        request_timeout: float = SERVER_START_WAIT_SECONDS + 15,
         connect_timeout: float = 5.0,
         **kwargs,
     ):
@@ -181,13 +222,15 @@ class DaytonaProvider(RetryingProvider):
 
     # --- one HTTP call ---------------------------------------------------
 
-    def _headers(self, request_id: str, read: bool) -> dict[str, str]:
-        headers = {"X-Request-Id": request_id, "Accept": "application/json"}
+    def _headers(self, request_id: str) -> dict[str, str]:
+        # The skip header goes on EVERY request. Daytona's proxy refreshes a
+        # sandbox's last activity -- and so its auto-stop and auto-archive timers --
+        # on each toolbox call without it (daytonaio/daytona
+        # apps/proxy/pkg/proxy/get_sandbox_target.go); the console only inspects.
+        headers = {"X-Request-Id": request_id, "Accept": "application/json", **SKIP_ACTIVITY}
         key = self._api_key()
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        if read:
-            headers.update(SKIP_ACTIVITY)
         return headers
 
     def _timeout(self, budget: Budget, operation: str, sandbox_id: str) -> httpx.Timeout:
@@ -226,11 +269,11 @@ class DaytonaProvider(RetryingProvider):
         sandbox_id: str,
         request_id: str,
         budget: Budget,
-        read: bool = False,
         stream: bool = False,
         params: dict | None = None,
         json_body: object = None,
         files: dict | None = None,
+        data: dict | None = None,
         not_found_ok: bool = False,
         extra_timeout: float = 0.0,
     ) -> httpx.Response:
@@ -245,7 +288,8 @@ class DaytonaProvider(RetryingProvider):
             params=params,
             json=json_body,
             files=files,
-            headers=self._headers(request_id, read),
+            data=data,
+            headers=self._headers(request_id),
             timeout=timeout,
         )
         context = {"operation": operation, "sandbox_id": sandbox_id}
@@ -278,6 +322,8 @@ class DaytonaProvider(RetryingProvider):
             raise TransientProviderError(
                 message, retry_after=_retry_after(response.headers.get("Retry-After")), **context
             )
+        if status == 409 and "already exists" in message.lower():
+            raise ProviderError(message, **context)
         if status >= 500 or status == 409:
             raise TransientProviderError(message, **context)
         if status == 400 and _IN_PROGRESS in message.lower():
@@ -308,7 +354,6 @@ class DaytonaProvider(RetryingProvider):
                 sandbox_id=sandbox_id,
                 request_id=request_id,
                 budget=budget,
-                read=True,
                 not_found_ok=True,
             )
             if response.status_code == 404:
@@ -341,7 +386,6 @@ class DaytonaProvider(RetryingProvider):
                         sandbox_id="",
                         request_id=request_id,
                         budget=budget,
-                        read=True,
                         params=params,
                     )
                     return self._json(response, "list", "")
@@ -400,7 +444,12 @@ class DaytonaProvider(RetryingProvider):
             raise
 
     def _lifecycle_loop(self, action, sandbox_id, budget, request_id, last_state):
+        """POST once, then read until settled. Daytona answers a stop, start or
+        archive by moving `desiredState` while the old `state` stays (pending): a
+        read showing our desired state is our request under way, so it is waited
+        for, never asked again (a second POST would only earn 409s)."""
         targets = _TARGETS[action]
+        desired = _DESIRED[action]
         need_post = True
         attempt = 0
         while True:
@@ -424,49 +473,61 @@ class DaytonaProvider(RetryingProvider):
                     )
                     if exc.status_code == 429:
                         continue
-                    # 409 / in progress: read the state before asking again.
+                    # 409 / in progress / a lost answer: read the state before asking again.
                 except ProviderAuthError:
                     raise
                 except ProviderError as exc:
-                    # e.g. "sandbox is not started" on a stop that raced: the
-                    # read below decides whether the target is already reached.
-                    if exc.status_code != 400:
+                    # e.g. "Sandbox is not in a stoppable state" on a stop that
+                    # raced: the read below decides whether the target is reached.
+                    if exc.status_code not in (400, 422):
                         raise
                     info = self._get(sandbox_id, budget, request_id, operation=action)
-                    if info.state in targets:
+                    if info.state in targets and not info.pending:
                         return self._confirmation(info, info.state, request_id, action)
-                    if action == "archive" and info.state == SandboxState.STARTED:
+                    self._refuse_failed(action, info, exc)
+                    if action == "archive" and info.state in _ARCHIVE_STOPS_FIRST:
                         self._lifecycle("stop", sandbox_id, budget, request_id)
                         continue
-                    raise
+                    if not (info.state.is_transitional or info.pending):
+                        raise
+                    need_post = False  # someone else's change is under way: wait
             info = self._get(sandbox_id, budget, request_id, operation=action)
-            last_state.append(str(info.raw.get("state") or info.state))
-            if info.state in targets:
+            last_state.append(_shown(info))
+            if info.state in targets and not (info.pending and info.desired_state != desired):
                 return self._confirmation(info, info.state, request_id, action)
-            if info.state == SandboxState.DESTROYED:
+            if info.state == SandboxState.DESTROYED or info.desired_state == "destroyed":
                 raise SandboxNotFound(
-                    f"cannot {action} {sandbox_id}: the sandbox is gone",
+                    f"cannot {action} {sandbox_id}: the sandbox is gone or being deleted",
                     operation=action,
                     sandbox_id=sandbox_id,
                     status_code=404,
                 )
-            if info.state in FAILED_STATES and action == "start":
-                raise ProviderError(
-                    f"cannot start {sandbox_id}: provider reports state {info.raw.get('state')!r}",
-                    operation=action,
-                    sandbox_id=sandbox_id,
-                )
-            if not info.state.is_transitional:
-                # Settled somewhere else (someone started it again, or it
-                # failed): ask again, after a pause.
+            self._refuse_failed(action, info)
+            if info.desired_state == desired and info.pending:
+                need_post = False  # ours, pending: wait for it
+            elif not info.state.is_transitional and not info.pending:
+                # Settled somewhere else (someone started it again): ask again.
                 need_post = True
             self._sleep(
                 self.poll_interval,
                 budget,
-                why=f"still {info.raw.get('state') or info.state} waiting for "
-                f"{'/'.join(sorted(targets))}",
+                why=f"still {_shown(info)} waiting for {'/'.join(sorted(targets))}",
                 operation=action,
                 sandbox_id=sandbox_id,
+            )
+
+    def _refuse_failed(self, action: str, info: SandboxInfo, cause: Exception | None = None):
+        """An errored sandbox cannot be started, stopped or archived: Daytona answers
+        400 "Sandbox is in an errored state" (sandbox.service.ts
+        assertSandboxNotErrored). That is a failure to report, never a success."""
+        if info.state in FAILED_STATES:
+            reason = info.raw.get("errorReason")
+            raise ProviderError(
+                f"cannot {action} {info.id}: the provider reports state "
+                f"{info.raw.get('state')!r}" + (f" ({reason})" if reason else ""),
+                operation=action,
+                sandbox_id=info.id,
+                status_code=getattr(cause, "status_code", None),
             )
 
     def _action(self, action: str, sandbox_id: str, budget_seconds: float | None):
@@ -485,38 +546,79 @@ class DaytonaProvider(RetryingProvider):
         return self._action("archive", sandbox_id, budget_seconds)
 
     def destroy(self, sandbox_id: str, *, budget_seconds: float | None = None) -> Confirmation:
-        """Idempotent: a sandbox already gone is destroyed; confirmed by a read (404)."""
+        """Idempotent: a sandbox already gone is destroyed; confirmed by a read (404).
+
+        Daytona's delete is soft (sandbox.service.ts destroy): the sandbox keeps its
+        state with `desiredState: destroyed`, is renamed `DESTROYED_<name>_<ms>`,
+        goes `destroying`, then reads 404. So the DELETE's answer names the id, and
+        everything after it reads by that id: by the old name the sandbox would
+        read 404 at once, a false confirmation. A DELETE refused with 409 because a
+        deletion is already pending is not retried: the read shows it under way."""
         with observed(self.name, "destroy"):
             budget = self.budget(budget_seconds)
             request_id = new_request_id()
+            target = {"id": sandbox_id}
 
             def delete():
-                return self._send(
+                response = self._send(
                     "DELETE",
-                    self._sandbox_url(sandbox_id),
+                    self._sandbox_url(target["id"]),
                     operation="destroy",
-                    sandbox_id=sandbox_id,
+                    sandbox_id=target["id"],
                     request_id=request_id,
                     budget=budget,
                     not_found_ok=True,
                 )
+                if response.status_code != 404:
+                    try:
+                        body = response.json()
+                    except ValueError:
+                        body = None
+                    if isinstance(body, dict) and isinstance(body.get("id"), str) and body["id"]:
+                        target["id"] = body["id"]
+                return response
 
-            self.retrying("destroy", sandbox_id, budget, delete)
+            def ask():
+                attempt = 0
+                while True:
+                    try:
+                        return delete()
+                    except BudgetExhausted:
+                        raise
+                    except TransientProviderError as exc:
+                        attempt += 1
+                        if exc.status_code in (400, 409):
+                            info = self._get(target["id"], budget, request_id, operation="destroy")
+                            if info.state in (SandboxState.DESTROYED, SandboxState.DESTROYING):
+                                if info.id:
+                                    target["id"] = info.id
+                                return None  # already being deleted: wait for it
+                        delay = exc.retry_after if exc.retry_after is not None else None
+                        self._sleep(
+                            delay if delay is not None else self._backoff(attempt),
+                            budget,
+                            why=f"last error: {exc}",
+                            operation="destroy",
+                            sandbox_id=target["id"],
+                        )
+
+            ask()
             while True:
-                info = self._get(sandbox_id, budget, request_id, operation="destroy")
+                info = self._get(target["id"], budget, request_id, operation="destroy")
                 if info.state == SandboxState.DESTROYED:
                     return self._confirmation(
-                        sandbox_id, SandboxState.DESTROYED, request_id, "destroy"
+                        target["id"], SandboxState.DESTROYED, request_id, "destroy"
                     )
                 if info.state != SandboxState.DESTROYING:
-                    # It came back (or DELETE was lost): ask again.
-                    self.retrying("destroy", sandbox_id, budget, delete)
+                    # Not deleted after all (a DELETE whose answer was lost before
+                    # it was received): ask again.
+                    ask()
                 self._sleep(
                     self.poll_interval,
                     budget,
-                    why=f"still {info.raw.get('state') or info.state} after DELETE",
+                    why=f"still {_shown(info)} after DELETE",
                     operation="destroy",
-                    sandbox_id=sandbox_id,
+                    sandbox_id=target["id"],
                 )
 
     def create(
@@ -545,25 +647,76 @@ class DaytonaProvider(RetryingProvider):
                 )
                 return sandbox_info(self._json(response, "create", name))
 
-            info = self.retrying("create", name, budget, post)
+            def post_once():
+                try:
+                    return post()
+                except ProviderError as exc:
+                    # A retried POST whose first answer was lost: the name is taken
+                    # by the sandbox we asked for. Anything else is a real clash.
+                    if exc.status_code != 409 or exc.transient:
+                        raise
+                    found = self._get(name, budget, request_id, operation="create")
+                    if found.state != SandboxState.DESTROYED and found.labels == {
+                        str(k): str(v) for k, v in (labels or {}).items()
+                    }:
+                        return found
+                    raise
+
+            info = self.retrying("create", name, budget, post_once)
             info, toolbox = self._started(info.id, budget, request_id, "create")
-            for rel, data in (files or {}).items():
-                path = posixpath.join(root, check_relative_path(rel, operation="create"))
-
-                def upload(path=path, data=data):
-                    self._send(
-                        "POST",
-                        f"{toolbox}/files/upload",
-                        operation="upload",
-                        sandbox_id=info.id,
-                        request_id=request_id,
-                        budget=budget,
-                        params={"path": path},
-                        files={"file": (posixpath.basename(path), data)},
-                    )
-
-                self.retrying("create", info.id, budget, upload)
+            uploads = [
+                (posixpath.join(root, check_relative_path(rel, operation="create")), data)
+                for rel, data in (files or {}).items()
+            ]
+            self._upload(info.id, toolbox, uploads, budget, request_id)
             return self._get(info.id, budget, request_id, operation="create")
+
+    def _upload(self, sandbox_id, toolbox, uploads, budget, request_id) -> None:
+        """Write files through the current toolbox routes: `/files/bulk-upload`
+        (fields `files[i].path` then `files[i].file`, apps/daemon/pkg/toolbox/fs/
+        upload_files.go), else `/files/upload-v2` one by one (upload_file.go), else
+        the legacy `/files/upload` of old toolboxes."""
+        routes = ["bulk-upload", "upload-v2", "upload"]
+        pending = list(uploads)
+        while pending:
+            route = routes[0]
+            batch = pending[:BULK_BATCH] if route == "bulk-upload" else pending[:1]
+
+            def attempt(route=route, batch=batch):
+                if route == "bulk-upload":
+                    fields = {f"files[{i}].path": path for i, (path, _) in enumerate(batch)}
+                    parts = {
+                        f"files[{i}].file": (posixpath.basename(path), data)
+                        for i, (path, data) in enumerate(batch)
+                    }
+                    params = None
+                else:
+                    path, data = batch[0]
+                    fields, parts, params = (
+                        None,
+                        {"file": (posixpath.basename(path), data)},
+                        {"path": path},
+                    )
+                self._send(
+                    "POST",
+                    f"{toolbox}/files/{route}",
+                    operation="upload",
+                    sandbox_id=sandbox_id,
+                    request_id=request_id,
+                    budget=budget,
+                    params=params,
+                    data=fields,
+                    files=parts,
+                )
+
+            try:
+                self.retrying("create", sandbox_id, budget, attempt)
+            except ProviderError as exc:
+                if exc.status_code in (404, 405, 501) and not exc.transient and len(routes) > 1:
+                    routes.pop(0)  # an older toolbox: try the route before it
+                    continue
+                raise
+            del pending[: len(batch)]
 
     # --- files -----------------------------------------------------------
 
@@ -698,7 +851,6 @@ class DaytonaProvider(RetryingProvider):
                         sandbox_id=info.id,
                         request_id=request_id,
                         budget=budget,
-                        read=True,
                         stream=True,
                         params={"path": remote},
                         extra_timeout=self.request_timeout,
@@ -753,12 +905,15 @@ class DaytonaProvider(RetryingProvider):
             except httpx.TransportError as exc:
                 raise TransientProviderError(f"bulk download cut: {exc!r}", **context) from exc
             params = wire.disposition_params(headers.get("content-disposition", ""))
-            remote = params.get("filename", "")
+            try:
+                remote = wire.part_filename(params)
+            except ProviderProtocolError as exc:
+                raise ProviderProtocolError(str(exc), **context) from None
             if params.get("name") == "error":
                 detail = b"".join(body).decode("utf-8", "replace")
                 raise ProviderError(
-                    f"cannot read {remote!r} in {sandbox_id}: {detail[:300]}",
-                    status_code=404 if "not found" in detail.lower() else None,
+                    f"cannot read {remote!r} in {sandbox_id}: {_part_error(detail)}",
+                    status_code=_part_status(detail),
                     **context,
                 )
             if remote not in expected:
@@ -770,6 +925,30 @@ class DaytonaProvider(RetryingProvider):
                 pending.remove(remote)
         if expected:
             raise ProviderProtocolError(f"bulk download left out {sorted(expected)[:5]}", **context)
+
+
+def _part_error(detail: str) -> str:
+    """An error part's message: Daytona sends its ErrorResponse as JSON
+    ({statusCode, message, code, path, ...}); older toolboxes sent text."""
+    try:
+        body = json.loads(detail)
+    except ValueError:
+        return detail[:300]
+    if isinstance(body, dict):
+        message = body.get("message") or body.get("error") or detail
+        code = body.get("code")
+        return f"{message} ({code})"[:300] if code else str(message)[:300]
+    return detail[:300]
+
+
+def _part_status(detail: str) -> int | None:
+    try:
+        body = json.loads(detail)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("statusCode"), int):
+        return body["statusCode"]
+    return 404 if "not found" in detail.lower() else None
 
 
 def _guard(chunks: Iterator[bytes], context: dict) -> Iterator[bytes]:

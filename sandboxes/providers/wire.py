@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Iterator
+from urllib.parse import unquote_to_bytes
 
 from sandboxes.providers.base import FileDigest, ProviderProtocolError
 
@@ -101,8 +102,10 @@ def boundary_from(content_type: str) -> bytes:
 
 
 def _parse_headers(block: bytes) -> dict[str, str]:
+    """Part headers, decoded byte for byte (Latin-1): Daytona's `filename` carries
+    raw Latin-1 bytes, and `part_filename` re-reads them as it must."""
     headers = {}
-    for line in block.decode("utf-8", "replace").split("\r\n"):
+    for line in block.decode("latin-1").split("\r\n"):
         if ":" in line:
             key, value = line.split(":", 1)
             headers[key.strip().lower()] = value.strip()
@@ -118,6 +121,68 @@ def disposition_params(value: str) -> dict[str, str]:
             raw = re.sub(r"\\(.)", r"\1", raw)
         params[match.group(1).lower()] = raw
     return params
+
+
+def part_filename(params: dict[str, str]) -> str:
+    """The part's file name: `filename*` (RFC 5987/8187, `utf-8''<percent-encoded>`)
+    when present, else `filename`.
+
+    Daytona's toolbox names each bulk-download part both ways (daytonaio/daytona
+    apps/daemon/pkg/toolbox/fs/download_files.go, multipartContentDisposition):
+    `filename` is the path sanitised to Latin-1 (every rune above U+00FF, every
+    control character, CR and LF replaced or dropped), `filename*` the exact UTF-8
+    path. Only `filename*` names `日本.txt` or a path with a newline. A server
+    without `filename*` that sent raw UTF-8 in `filename` is read as UTF-8."""
+    extended = params.get("filename*")
+    if extended is not None:
+        charset, _, rest = extended.partition("'")
+        _language, sep, encoded = rest.partition("'")
+        if not sep or charset.strip().lower() not in ("utf-8", "iso-8859-1"):
+            raise ProviderProtocolError(f"unreadable filename* parameter {extended[:200]!r}")
+        try:
+            raw = unquote_to_bytes(encoded)
+            return raw.decode("utf-8" if charset.strip().lower() == "utf-8" else "latin-1")
+        except UnicodeDecodeError:
+            raise ProviderProtocolError(f"filename* is not {charset}: {extended[:200]!r}") from None
+    name = params.get("filename", "")
+    try:
+        return name.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return name
+
+
+def content_disposition(form_name: str, path: str) -> str:
+    """Daytona's bulk-download part disposition, byte for byte (download_files.go):
+    `form-data; name="file"; filename="<latin-1>"; filename*=utf-8''<rfc5987>`."""
+    return (
+        f'form-data; name="{form_name}"; filename="{to_latin1(path)}"; '
+        f"filename*=utf-8''{encode_rfc5987(path)}"
+    )
+
+
+def to_latin1(value: str) -> str:
+    """download_files.go toLatin1: escape `\\` and `"`, drop CR, LF and NUL, and
+    replace other control characters, DEL and runes above U+00FF with `_`."""
+    escaped = (
+        value.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("\r", "")
+        .replace("\n", "")
+        .replace("\x00", "")
+    )
+    return "".join(
+        "_" if ord(ch) > 0xFF or ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in escaped
+    )
+
+
+_ATTR_CHARS = frozenset(
+    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$&+-.^_`|~"
+)
+
+
+def encode_rfc5987(value: str) -> str:
+    """download_files.go encodeRFC5987: percent-encode every UTF-8 byte outside attr-char."""
+    return "".join(chr(b) if b in _ATTR_CHARS else f"%{b:02X}" for b in value.encode("utf-8"))
 
 
 def quote_param(value: str) -> str:

@@ -27,15 +27,26 @@ def test_seeding_answers_the_sandbox_started_with_its_toolbox(simulator):
         assert http.get("/sandbox/n").json()["id"] == body["id"]
 
 
-def test_delete_goes_through_destroying_then_404(simulator, sim):
+def test_delete_is_soft_then_destroying_then_404(simulator, sim):
+    # daytonaio/daytona apps/api/src/sandbox/services/sandbox.service.ts destroy() and
+    # entities/sandbox.entity.ts getSoftDeleteUpdate: desiredState first, renamed.
     with client(simulator) as http:
         sid = http.post("/sandbox", json={"name": "n"}).json()["id"]
-        sim.sandbox(sid, transition_seconds=0.2)
-        assert http.delete(f"/sandbox/{sid}").status_code == 200
+        sim.sandbox(sid, transition_seconds=0.4)
+        answer = http.delete(f"/sandbox/{sid}")
+        assert answer.status_code == 200
+        assert answer.json()["id"] == sid and answer.json()["desiredState"] == "destroyed"
+        assert answer.json()["name"].startswith("DESTROYED_n_")
+        pending = http.get(f"/sandbox/{sid}").json()
+        assert (pending["state"], pending["desiredState"]) == ("started", "destroyed")
+        assert http.get("/sandbox/n").status_code == 404  # the old name is free
+        assert http.delete(f"/sandbox/{sid}").status_code == 409  # already pending
+        time.sleep(0.25)
         assert http.get(f"/sandbox/{sid}").json()["state"] == "destroying"
         time.sleep(0.25)
         assert http.get(f"/sandbox/{sid}").status_code == 404
         assert http.delete(f"/sandbox/{sid}").status_code == 404
+        assert http.get("/sandbox").json()["items"] == []
 
 
 def test_lifecycle_calls_during_a_transition_conflict(simulator, sim):
@@ -110,7 +121,7 @@ def test_the_management_command_serves_until_stopped():
         line = process.stdout.readline()
         assert "listening on http://127.0.0.1:" in line
         url = line.rsplit(" ", 1)[-1].strip()
-        assert httpx.get(f"{url}/sandbox").json() == {"items": [], "nextCursor": None, "total": 0}
+        assert httpx.get(f"{url}/sandbox").json() == {"items": [], "nextCursor": None}
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 
 from sandboxes import models as m
+from sandboxes.providers.base import SandboxState
 from sandboxes.providers.daytona import DaytonaProvider
 from sandboxes.providers.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes.reconciler.passes import run_pass
@@ -129,7 +130,9 @@ def test_a_destroy_under_way_is_awaited_by_reading_not_sent_again():
         import httpx
 
         httpx.delete(f"{srv.url}/sandbox/{sid}", headers={"X-Request-Id": "dead-worker"})
-        assert srv.sim.sandboxes[sid].state == "destroying"
+        # Daytona's soft delete: desiredState `destroyed` at once, then `destroying`.
+        assert srv.sim.sandboxes[sid].desired_state == "destroyed"
+        assert client.get(sid).state == SandboxState.DESTROYING
         m.Retirement.objects.update(claimed_until=None, attempt_id=None)
         run_pass(worker="next", provider_for=lambda env: client)
         client.close()
