@@ -93,7 +93,23 @@ def provider_id(value: str) -> str:
     return value
 
 
-ProviderId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(provider_id)]
+def any_sandbox_id(value: str) -> str:
+    """A sandbox id of any provider: an SSH lease's is `ssh://host/path`
+    (paperclipai/paperclip environment_leases.provider_lease_id is free text),
+    which the console's URLs carry percent-encoded. No segment may be `.` or
+    `..`, which URL and path libraries rewrite into another place."""
+    if any(part in (".", "..") for part in value.split("/")):
+        raise ValueError(f"{value!r} is not a sandbox id: it has a '.' or '..' segment")
+    return value
+
+
+SandboxId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(any_sandbox_id)]
+
+# Paperclip's provider key: daytona, local, ssh, e2b, a plugin key… (DOMAIN §1:
+# every provider is mirrored; the console drives only ProviderName's).
+ProviderKey = Annotated[
+    str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")
+]
 
 
 class Data(BaseModel):
@@ -108,7 +124,7 @@ class ManifestEntry(Data):
 class EnvironmentUpserted(Data):
     environment_id: Uuid
     name: Text200
-    provider: _choice(ProviderName)
+    provider: ProviderKey
     driver: _choice(EnvironmentDriver) | None = None
     retirement_mode: _choice(RetirementMode) | None = None
     warm_retention_hours: Annotated[float, Field(ge=0, le=24 * 365, strict=False)] | None = None
@@ -163,8 +179,8 @@ class LeaseMetadata(BaseModel):
 class LeaseUpserted(Data):
     lease_id: Uuid
     environment_id: Uuid
-    provider: _choice(ProviderName)
-    provider_lease_id: ProviderId
+    provider: ProviderKey
+    provider_lease_id: SandboxId
     status: _choice(LeaseStatus)
     lease_policy: _choice(LeasePolicy)
     acquired_at: Timestamp
@@ -179,6 +195,16 @@ class LeaseUpserted(Data):
     disposition: _choice(Disposition) | None = None
     metadata: LeaseMetadata | None = None
 
+    @field_validator("provider_lease_id")
+    @classmethod
+    def _one_segment_where_the_console_calls(cls, value, info: ValidationInfo):
+        # A provider the console drives puts the id in a URL path (Daytona) or a
+        # directory name (local): there it is one segment. Another provider's
+        # id (an SSH sandbox's ssh://host/path) is only ever stored and shown.
+        if info.data.get("provider") in ProviderName.values:
+            return provider_id(value)
+        return value
+
 
 class LeaseReleased(Data):
     lease_id: Uuid
@@ -190,7 +216,8 @@ class ReceiptRecorded(Data):
     kind: Literal["termination", "stop_and_retain"]
     state: _choice(TerminationState) | None = Field(default=None, validate_default=True)
     run_id: Uuid
-    provider_lease_id: ProviderId
+    # Must equal the lease's own sandbox id, checked when it is applied.
+    provider_lease_id: SandboxId
     confirmed_at: Timestamp
     request_id: Text200 | None = None
 

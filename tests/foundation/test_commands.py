@@ -109,7 +109,7 @@ def test_load_events_error_in_a_later_batch_undoes_the_earlier_ones(tmp_path):
 def test_load_events_names_bad_lines_after_the_first_bad_batch(tmp_path):
     """Once a line is bad nothing is applied, but later lines are still checked."""
     _, events = graph()
-    events[0]["data"]["provider"] = "aws"
+    events[0]["data"]["provider"] = "not a provider key"
     events[4]["data"]["status"] = "exploded"
     with pytest.raises(CommandError) as raised:
         call_command("load_events", write_lines(tmp_path, events), batch_size=2)

@@ -363,7 +363,7 @@ def test_a_batch_with_one_bad_event_changes_nothing(post_events):
 
 def test_every_bad_field_is_named(post_events):
     ids, events = graph()
-    events[0]["data"]["provider"] = "aws"
+    events[0]["data"]["provider"] = "not a provider key"
     del events[4]["data"]["acquired_at"]
     events[4]["data"]["lease_id"] = "not-a-uuid"
     events[2]["occurred_at"] = "yesterday"

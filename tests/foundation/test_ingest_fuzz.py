@@ -30,7 +30,7 @@ UUIDS = {
     "export_id",
     "action_id",
 }
-ENUMS = {"provider", "status", "lease_policy", "save_state", "kind", "state", "disposition"}
+ENUMS = {"status", "lease_policy", "save_state", "kind", "state", "disposition"}
 TIMES = {"acquired_at", "confirmed_at"}
 TEXTS = {"name", "provider_lease_id"}
 
@@ -43,6 +43,10 @@ bad_uuid = st.one_of(
 )
 bad_enum = st.one_of(
     st.sampled_from(["bogus", "", "ACTIVE", "Running"]), st.integers(), st.none(), st.booleans()
+)
+# Any provider key is taken (DOMAIN §1: every provider is mirrored); a non-key is not.
+bad_provider = st.one_of(
+    st.sampled_from(["", "has space", "-x", "x" * 65]), st.integers(), st.none(), st.booleans()
 )
 bad_time = st.one_of(
     st.sampled_from(["yesterday", "2026-11-01T00:00:00", "2026-13-40T99:00:00Z", ""]),
@@ -58,6 +62,7 @@ REQUIRED = {
 BAD = {
     **dict.fromkeys(UUIDS, bad_uuid),
     **dict.fromkeys(ENUMS, bad_enum),
+    "provider": bad_provider,
     **dict.fromkeys(TIMES, bad_time),
     **dict.fromkeys(TEXTS, bad_text),
 }
