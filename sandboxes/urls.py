@@ -1,5 +1,6 @@
 from django.urls import path
 
+import sandboxes.converters  # registers <sandbox_id:…> (i11's converter)
 from sandboxes.views import admin_pages, approvals, audit, dashboard, notifications, sandboxes
 
 urlpatterns = [
@@ -16,6 +17,9 @@ urlpatterns = [
     path("sandboxes/<uuid:pk>/hold/", sandboxes.hold, name="sandbox-hold"),
     path("sandboxes/<uuid:pk>/release-hold/", sandboxes.release_hold, name="sandbox-release-hold"),
     path("sandboxes/<uuid:pk>/attest/", sandboxes.attest, name="sandbox-attest"),
+    # Last among sandboxes/…: any provider sandbox id, slashes included (i11's converter).
+    path("sandboxes/<sandbox_id:sandbox_id>/", sandboxes.sandbox_by_id, name="sandbox-by-id"),
+    path("tasks/<uuid:pk>/", sandboxes.task_detail, name="task"),
     path("attachments/<uuid:pk>/", sandboxes.attachment_download, name="attachment"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("approvals/approve/", approvals.bulk_approve, name="approvals-bulk"),

@@ -2,7 +2,8 @@
 
 from django import template
 
-from sandboxes.views.humanize import change_rows
+from sandboxes.views.humanize import change_rows, hold_phrase
+from sandboxes.views.humanize import short as _short
 
 register = template.Library()
 
@@ -50,3 +51,22 @@ def changes(event):
 def nav_class(request, *names):
     match = getattr(request, "resolver_match", None)
     return "active" if match and match.url_name in names else ""
+
+
+@register.filter
+def hold_words(code, retirement):
+    """`retention` → "retention until Dec 1 14:03" for this record."""
+    return hold_phrase(code, retirement)
+
+
+@register.inclusion_tag("sandboxes/_id.html")
+def short_id(value, what="id", size=8):
+    """An id shortened when long, the whole id in its title, with a copy button."""
+    text = str(value or "")
+    return {"full": text, "short": _short(text, size), "what": what}
+
+
+@register.filter
+def shorten(value, size=8):
+    """An id cut to `size` characters and "…" when longer (the title keeps it whole)."""
+    return _short(value, int(size))

@@ -169,6 +169,16 @@ def with_etag(response: HttpResponse, request, fingerprint: str) -> HttpResponse
     return response
 
 
+COUNT_CAP = 10_000
+
+
+def counted(qs, cap: int = COUNT_CAP) -> dict:
+    """How many rows match, counted up to `cap` (a bounded COUNT over a LIMIT
+    subquery, so a huge table costs no more than `cap` index entries)."""
+    n = qs.order_by()[: cap + 1].count()
+    return {"n": min(n, cap), "more": n > cap}
+
+
 def query_without(request, *names: str) -> str:
     """The current query string without `names` (to build links that change one thing)."""
     params = request.GET.copy()

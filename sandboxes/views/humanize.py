@@ -105,3 +105,50 @@ def change_rows(before: dict | None, after: dict | None) -> list[Change]:
         if key not in after:
             context.append(Change(key, _label(key), shown(old, key), "", False))
     return changed + context
+
+
+# --- holds in plain words (issue 15 item 12) ----------------------------------------
+
+
+def short(value, size: int = 8) -> str:
+    text = str(value or "")
+    return text if len(text) <= size + 2 else f"{text[:size]}…"
+
+
+def _when(moment) -> str:
+    local = timezone.localtime(moment)
+    return f"{local:%b} {local.day} {local:%H:%M}"
+
+
+def hold_phrase(code: str, r) -> str:
+    """One hold, as a person reads it on the list, with its end when it has one.
+    Uses only what the list already loads (lease, its run and task, environment)."""
+    lease = getattr(r, "lease", None)
+    env = getattr(r, "environment", None)
+    issue = getattr(lease, "issue", None) if lease is not None else None
+    run = getattr(lease, "heartbeat_run", None) if lease is not None else None
+    task = (issue.key or short(issue.pk)) if issue is not None else "the task"
+    if code == "retention":
+        if lease is not None and lease.released_at and env is not None:
+            return f"retention until {_when(lease.released_at + env.warm_retention)}"
+        return "inside the retention window"
+    if code == "run_active":
+        if run is not None:
+            return f"waiting for run {short(run.pk, 4)} ({_label(run.status)})"
+        return "waiting for its run"
+    phrases = {
+        "issue_run_active": f"another run on {task} is live",
+        "recovery_open": f"a recovery on {task} is open",
+        "export_pending": "an export of run files is in flight",
+        "intent_pending": "a stop, export or restore request is pending",
+        "sandbox_shared": "another live lease uses this sandbox",
+        "newer_lease": "a newer lease row decides",
+        "no_stop_receipt": "waiting for a confirmed stop",
+        "task_can_resume": f"{task} can still resume it",
+        "writer_active": "the workspace writer has not settled",
+        "unknown_age": "cannot be dated (a timestamp is missing)",
+        "operator_hold": "held by an operator: "
+        + (getattr(r, "operator_hold_reason", "") or "no reason"),
+        "provider_unsupported": "no client for this provider",
+    }
+    return phrases.get(code, _label(code))

@@ -4,6 +4,7 @@ operator buttons (approve, retry, hold, release hold, attest)."""
 import uuid
 
 from django.contrib import messages
+from django.db.models import Case, F, IntegerField, Value, When
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -12,13 +13,21 @@ from django_htmx.http import trigger_client_event
 
 from sandboxes import actions
 from sandboxes.forms import AttestForm, KeptFilterForm, ReasonForm
-from sandboxes.models import Attachment, Environment, EnvironmentLease, Receipt, Retirement
+from sandboxes.models import (
+    Attachment,
+    Environment,
+    EnvironmentLease,
+    Issue,
+    Receipt,
+    Retirement,
+)
 from sandboxes.models.choices import STAGES_CLOSED, ReceiptKind, Stage
 from sandboxes.proof import has_approval, proof_from_receipts
 from sandboxes.reconciler.holds import blocking_holds
 from sandboxes.views.common import (
     LIVE_TRIGGER,
     console_view,
+    counted,
     hold_filter,
     keyset_page,
     live_fingerprint,
@@ -95,16 +104,30 @@ def sandbox_list(request):
     environments = list(Environment.objects.only("id", "name").order_by("name"))
     form = KeptFilterForm(request.GET, environments=environments)
     data = form.cleaned_data if form.is_valid() else {}
-    qs = filter_retirements(Retirement.objects.select_related("environment", "lease__issue"), data)
+    qs = filter_retirements(
+        Retirement.objects.select_related("environment", "lease__issue", "lease__heartbeat_run"),
+        data,
+    )
     page = keyset_page(
         qs,
         order=data.get("sort") or "-updated_at",
         cursor=request.GET.get("after"),
         size=PAGE_SIZE,
     )
+    total = counted(qs)
+    widen = ""
+    if not page.items and (data.get("stage") or "") != "all":
+        # An empty search inside the default "open stages": the sandbox may be closed.
+        params = request.GET.copy()
+        params["stage"] = "all"
+        params.pop("after", None)
+        params.pop("fp", None)
+        widen = params.urlencode()
     context = {
         "form": form,
         "page": page,
+        "total": total,
+        "widen": widen,
         "fp": fingerprint,
         "live_trigger": LIVE_TRIGGER,
         "query": query_without(request, "fp", "after"),
@@ -196,10 +219,48 @@ def _get_retirement(pk) -> Retirement:
     )
 
 
+def current_for_sandbox(sandbox_id: str) -> Retirement | None:
+    """The open record for a provider sandbox id, else its most recent closed one."""
+    if "\x00" in sandbox_id:
+        return None
+    return (
+        Retirement.objects.select_related("environment", "lease__issue", "lease__heartbeat_run")
+        .filter(provider_lease_id=sandbox_id)
+        .annotate(
+            closed=Case(
+                When(stage__in=list(STAGES_CLOSED), then=Value(1)),
+                default=Value(0),
+                output_field=IntegerField(),
+            )
+        )
+        .order_by("closed", "-listed_at")
+        .first()
+    )
+
+
 @console_view
 @require_GET
 def sandbox_detail(request, pk):
-    r = _get_retirement(pk)
+    r = Retirement.objects.select_related(
+        "environment", "lease__issue", "lease__heartbeat_run"
+    ).filter(pk=pk).first() or current_for_sandbox(str(pk))
+    if r is None:
+        # A Daytona sandbox id is a uuid too: /sandboxes/<its id>/ is tried both ways.
+        raise Http404("The console keeps no record of this sandbox.")
+    return _detail_response(request, r)
+
+
+@console_view
+@require_GET
+def sandbox_by_id(request, sandbox_id):
+    """/sandboxes/<provider sandbox id>/: the id people paste from Daytona."""
+    r = current_for_sandbox(sandbox_id)
+    if r is None:
+        raise Http404("The console keeps no record of this sandbox.")
+    return _detail_response(request, r)
+
+
+def _detail_response(request, r: Retirement):
     context = detail_context(request, r)
     part = request.GET.get("part")
     if request.htmx and part in ("panel", "receipts"):
@@ -323,3 +384,28 @@ def release_hold(request, pk):
 @permission("attest_retirement")
 def attest(request, pk):
     return _act(request, pk, "attest", AttestForm, actions.attest)
+
+
+# --- a task's kept sandboxes ---------------------------------------------------------
+
+
+@console_view
+@require_GET
+def task_detail(request, pk):
+    """One task (Paperclip issue): its kept sandboxes and every lease it holds."""
+    issue = get_object_or_404(Issue.objects.select_related("bound_workspace"), pk=pk)
+    retirements = list(
+        Retirement.objects.filter(lease__issue=issue)
+        .select_related("environment", "lease__heartbeat_run", "lease__issue")
+        .order_by("-listed_at")[:200]
+    )
+    leases = list(
+        EnvironmentLease.objects.filter(issue=issue)
+        .select_related("environment", "heartbeat_run")
+        .order_by(F("acquired_at").desc(nulls_last=True), "-created_at")[:200]
+    )
+    return render(
+        request,
+        "sandboxes/task.html",
+        {"issue": issue, "retirements": retirements, "leases": leases},
+    )

@@ -11,9 +11,7 @@ HX = {"HTTP_HX_REQUEST": "true"}
 
 
 def _ids(response) -> list[str]:
-    return re.findall(
-        r'<a href="/sandboxes/[0-9a-f-]+/"><code>([^<]+)</code>', response.content.decode()
-    )
+    return re.findall(r'<tr [^>]*data-sandbox="([^"]+)"', response.content.decode())
 
 
 def _get(client, **params):
