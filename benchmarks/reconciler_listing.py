@@ -40,7 +40,8 @@ JOIN sandboxes_environment e ON e.id = l.environment_id
 LEFT JOIN sandboxes_issue i ON i.id = l.issue_id
 LEFT JOIN sandboxes_executionworkspace w ON w.id = l.execution_workspace_id
 LEFT JOIN sandboxes_heartbeatrun r ON r.id = l.heartbeat_run_id
-WHERE NOT l.placeholder AND NOT e.placeholder
+WHERE NOT l.superseded AND l.status IN ('released', 'failed', 'retained', 'pending_cleanup')
+  AND NOT l.placeholder AND NOT e.placeholder
   AND (i.id IS NULL OR NOT i.placeholder)
   AND (w.id IS NULL OR NOT w.placeholder)
   AND (r.id IS NULL OR NOT r.placeholder)

@@ -144,8 +144,9 @@ class FleetStats:
 
 
 class _Builder:
-    def __init__(self, rng: random.Random, now: datetime):
+    def __init__(self, rng: random.Random, now: datetime, prefix: str = "sbx"):
         self.rng = rng
+        self.prefix = prefix
         self.now = now
         self.t = {
             model: _Table(model, now)
@@ -163,13 +164,14 @@ class _Builder:
         }
         self.sandbox_seq = 0
         self.expired = 0
+        self.sandbox_rows: list[dict] = []
 
     def id(self) -> str:
         return _uuid(self.rng)
 
     def sandbox_id(self) -> str:
         self.sandbox_seq += 1
-        return f"sbx-{self.sandbox_seq:08d}"
+        return f"{self.prefix}-{self.sandbox_seq:08d}"
 
     def issue(self, status: str, bound_workspace=None, key: str = "") -> str:
         pk = self.id()
@@ -196,12 +198,25 @@ class _Builder:
         return pk
 
     def lease(self, **values) -> str:
+        """Queue a lease row of the current sandbox (written by end_sandbox)."""
         pk = self.id()
         if values.get("status") == "expired":
             self.expired += 1
         values.setdefault("source_updated_at", values.get("acquired_at") or self.now)
-        self.t[m.EnvironmentLease].add(id=pk, provider="daytona", **values)
+        self.sandbox_rows.append({"id": pk, "provider": "daytona", **values})
         return pk
+
+    def end_sandbox(self) -> None:
+        """Write the sandbox's rows with `superseded` as the database keeps it
+        (migration 0009): another row has a strictly later, known acquired_at.
+        The load bypasses triggers, so the builder sets the flag itself."""
+        dated = [r["acquired_at"] for r in self.sandbox_rows if r.get("acquired_at")]
+        newest = max(dated, default=None)
+        for row in self.sandbox_rows:
+            at = row.get("acquired_at")
+            row["superseded"] = at is not None and newest is not None and at < newest
+            self.t[m.EnvironmentLease].add(**row)
+        self.sandbox_rows.clear()
 
     def receipt(self, lease_id, run_id, sandbox, at, *, kind="termination", state="stopped"):
         self.t[m.Receipt].add(
@@ -344,6 +359,7 @@ def _kept_sandbox(b: _Builder, env_id, shape: str, sprinkles: set[str]) -> None:
             provider_lease_id=sandbox,
             acquired_at=old_at,
         )
+    b.end_sandbox()
 
 
 def _history_sandbox(b: _Builder, env_id, issue, ws, rows: int, live_share: float) -> None:
@@ -375,6 +391,7 @@ def _history_sandbox(b: _Builder, env_id, issue, ws, rows: int, live_share: floa
         )
         if newest_row and rng.random() < 0.4:
             b.receipt(lease, run, sandbox, at, state="destroyed")
+    b.end_sandbox()
 
 
 _SECONDARY_INDEXES = """
@@ -398,15 +415,21 @@ def _drop_secondary_indexes(cursor, tables: list[str]) -> list[str]:
 
 
 def build_fleet(
-    *, leases: int = 1_000_000, kept: int = 5_000, seed: int = 16, environments: int = 4
+    *,
+    leases: int = 1_000_000,
+    kept: int = 5_000,
+    seed: int = 16,
+    environments: int = 4,
+    prefix: str = "sbx",
 ) -> FleetStats:
     """Load a fleet of about `leases` lease rows (~95 % expired) with `kept` kept
-    sandboxes into the default database (PostgreSQL), then ANALYZE."""
+    sandboxes into the default database (PostgreSQL), then ANALYZE. Sandbox ids
+    are `<prefix>-<n>`: two fleets in one database need two prefixes."""
     if connection.vendor != "postgresql":
         raise RuntimeError("the benchmark fleet is loaded with PostgreSQL COPY")
     rng = random.Random(seed)
     now = timezone.now()
-    b = _Builder(rng, now)
+    b = _Builder(rng, now, prefix)
     stats = FleetStats()
     env_ids = [b.id() for _ in range(environments)]
     for i, pk in enumerate(env_ids):
@@ -455,6 +478,8 @@ def build_fleet(
         b.flush(cursor, force=True)
         for definition in indexes:
             cursor.execute(definition)
+        # SET LOCAL lasts until the outermost transaction ends (a test's).
+        cursor.execute("SET LOCAL session_replication_role = origin")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     stats.leases = b.t[m.EnvironmentLease].count

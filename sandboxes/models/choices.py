@@ -84,6 +84,17 @@ class LeasePolicy(models.TextChoices):
     RETAIN_ON_FAILURE = "retain_on_failure"
 
 
+# Every lease status some candidate kind needs (DOMAIN §2.1): `active` and
+# `expired` rows are never candidates, so listing reads only these.
+KEEPABLE_STATUSES = (
+    LeaseStatus.RELEASED,
+    LeaseStatus.FAILED,
+    LeaseStatus.RETAINED,
+    LeaseStatus.PENDING_CLEANUP,
+)
+# A sandbox is shared while another of its rows is in one of these (`sandbox_shared`).
+SHARING_STATUSES = (LeaseStatus.ACTIVE, LeaseStatus.RETAINED, LeaseStatus.PENDING_CLEANUP)
+
 WARM_POLICIES = (LeasePolicy.REUSE_BY_ENVIRONMENT, LeasePolicy.REUSE_BY_EXECUTION_WORKSPACE)
 
 

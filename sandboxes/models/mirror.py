@@ -13,6 +13,9 @@ from django.db import models
 from django.db.models import Q
 
 from .choices import (
+    KEEPABLE_STATUSES,
+    RUN_LIVE,
+    SHARING_STATUSES,
     CleanupStatus,
     Disposition,
     EnvironmentDriver,
@@ -224,7 +227,13 @@ class HeartbeatRun(MirroredModel):
 
     class Meta:
         constraints = [enum_check("status", RunStatus, model="run")]
-        indexes = [models.Index(fields=["issue", "status"], name="run_issue_status")]
+        indexes = [
+            models.Index(fields=["issue", "status"], name="run_issue_status"),
+            # Live runs are few among a year of finished ones (`issue_run_active`).
+            models.Index(
+                fields=["issue"], condition=Q(status__in=RUN_LIVE), name="run_live_by_issue"
+            ),
+        ]
 
     def __str__(self):
         return f"run {self.id}"
@@ -262,6 +271,14 @@ class EnvironmentLease(MirroredModel):
         max_length=16, choices=Disposition.choices, null=True, blank=True
     )
     metadata = models.JSONField(default=dict, blank=True)
+    # Maintained by the database (triggers, migration 0009) in the writing
+    # transaction, whoever writes: ingest, the mirror, the console, raw SQL.
+    superseded = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="Another row on the same sandbox has a later acquired_at: this row is "
+        "history, never the one judged. Maintained by the database.",
+    )
 
     class Meta:
         constraints = [
@@ -276,6 +293,19 @@ class EnvironmentLease(MirroredModel):
             models.Index(
                 fields=["provider", "provider_lease_id", "-acquired_at"],
                 name="lease_sandbox_newest",
+            ),
+            # The rows a listing can judge: not superseded, in a status some
+            # candidate kind needs. History (expired, superseded) is never read.
+            models.Index(
+                fields=["environment"],
+                condition=Q(superseded=False, status__in=KEEPABLE_STATUSES),
+                name="lease_keepable",
+            ),
+            # Rows that share their sandbox (`sandbox_shared`): few among history.
+            models.Index(
+                fields=["provider", "provider_lease_id"],
+                condition=Q(status__in=SHARING_STATUSES),
+                name="lease_sharing",
             ),
             models.Index(fields=["status", "lease_policy"], name="lease_status_policy"),
             models.Index(fields=["issue", "status"], name="lease_issue_status"),
