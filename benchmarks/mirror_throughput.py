@@ -153,6 +153,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--leases", type=int, default=100_000)
     parser.add_argument("--changed", type=float, default=0.01, help="fraction changed (0.01)")
+    parser.add_argument("--batch", type=int, default=None, help="rows per page (MIRROR_BATCH_SIZE)")
     args = parser.parse_args()
     every = max(1, round(1 / args.changed))
 
@@ -171,7 +172,7 @@ def main():
     )
     try:
         floor_rows, floor_s = floor_seconds(dsn)
-        initial = mirror_once(dsn)
+        initial = mirror_once(dsn, batch_size=args.batch)
         assert m.EnvironmentLease.objects.count() == args.leases, initial.summary()
         print(
             f"initial mirror: {initial.rows_read:,} rows in {initial.seconds:.1f}s = "
@@ -181,10 +182,10 @@ def main():
         )
         print(f"  {initial.summary()}")
 
-        idle = mirror_once(dsn)
+        idle = mirror_once(dsn, batch_size=args.batch)
         for statement in filter(str.strip, CHANGE.split(";\n")):
             src.execute(statement, {"every": every})
-        changed = mirror_once(dsn)
+        changed = mirror_once(dsn, batch_size=args.batch)
         assert m.EnvironmentLease.objects.filter(status="expired").count() >= args.leases // every
         share = changed.rows_read / max(initial.rows_read, 1)
         print(f"incremental, nothing changed: {idle.rows_read:,} rows read in {idle.seconds:.2f}s")

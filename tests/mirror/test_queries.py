@@ -1,0 +1,54 @@
+"""The mirror writes a page in a fixed number of statements, whatever its size
+(GUIDE: query counts are asserted). Counted on both paths: the ORM's queries
+(CaptureQueriesContext) and the statements sandboxes/mirror/bulk.py and
+sync.py send through psycopg cursors of their own (COPY included)."""
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from sandboxes.mirror import bulk, sync
+from sandboxes.mirror.sync import mirror_once
+
+from .paperclip import termination
+
+pytestmark = pytest.mark.django_db
+
+
+class Counting(psycopg.Cursor):
+    statements = 0
+
+    def execute(self, *args, **kwargs):
+        Counting.statements += 1
+        return super().execute(*args, **kwargs)
+
+    def copy(self, *args, **kwargs):
+        Counting.statements += 1
+        return super().copy(*args, **kwargs)
+
+
+def statements_to_mirror(paperclip, n: int, monkeypatch) -> int:
+    p = paperclip
+    p.truncate()
+    env = p.environment()
+    for _ in range(n):
+        issue, _, run, lease = p.task(
+            env, metadata=lambda row: {"remoteExecutionTermination": termination(row)}
+        )
+        p.recovery_action(issue, [lease], status="resolved")
+        p.save(run, lease, {"a.txt": "a"})
+    monkeypatch.setattr(bulk, "Cursor", Counting)
+    monkeypatch.setattr(sync, "Cursor", Counting)
+    Counting.statements = 0
+    with CaptureQueriesContext(connection) as orm:
+        report = mirror_once(p.dsn, full=True)
+    assert report.rows_read >= 6 * n and not report.problems, report.summary()
+    return len(orm.captured_queries) + Counting.statements
+
+
+def test_a_page_costs_the_same_number_of_statements_at_any_size(paperclip, monkeypatch):
+    small = statements_to_mirror(paperclip, 3, monkeypatch)
+    large = statements_to_mirror(paperclip, 40, monkeypatch)
+    assert small == large, (small, large)
+    assert large <= 60  # 7 tables, one page each (52 today)
