@@ -94,7 +94,7 @@ SCENARIOS = [
         run_status="failed",
         lease_status="failed",
         policy="retain_on_failure",
-        receipt=None,
+        bound=False,  # the Retry bound the task to a fresh workspace
         extra=("recovery_resolved",),
     ),
     Scenario(
@@ -157,10 +157,13 @@ SCENARIOS = [
     Scenario("PAP-117", "Hold: no confirmed stop receipt", lease_status="failed", receipt=None),
     Scenario(
         "PAP-118",
-        "Hold: the task can still resume it",
-        policy="retain_on_failure",
-        run_status="failed",
+        "Hold: the task can still resume it (an interrupted run's stop still goes ahead)",
+        run_status="interrupted",
+        lease_status="retained",
+        disposition="keep_running",
         receipt=None,
+        released_hours=None,
+        running=True,
     ),
     Scenario(
         "PAP-119",
@@ -180,6 +183,12 @@ SCENARIOS = [
         lease_status="failed",
         extra=("operator_hold",),
     ),
+    Scenario(
+        "PAP-123",
+        "Hold: an e2b sandbox the console cannot drive",
+        lease_status="failed",
+        env="e2b-demo",
+    ),
     # Manual mode: salvage, then wait in the approvals queue.
     Scenario(
         "PAP-130",
@@ -198,7 +207,13 @@ SCENARIOS = [
     ),
 ]
 
-ENVIRONMENTS = {"local-demo": "auto", "local-demo-manual": "manual"}
+ENVIRONMENTS = {"local-demo": "auto", "local-demo-manual": "manual", "e2b-demo": "auto"}
+
+
+def _provider(env: str) -> str:
+    """The demo's environments are local, but for one of a provider the console
+    has no client for: listed and held `provider_unsupported` (DOMAIN §1)."""
+    return "e2b" if env.startswith("e2b") else "local"
 
 
 def saved_files(key: str) -> dict[str, bytes]:
@@ -245,7 +260,7 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
             {
                 "environment_id": _id("env", name),
                 "name": name,
-                "provider": "local",
+                "provider": _provider(name),
                 "driver": "sandbox",
                 "retirement_mode": mode,
                 "warm_retention_hours": 24,
@@ -304,7 +319,7 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
             {
                 "lease_id": lease,
                 "environment_id": _id("env", s.env),
-                "provider": "local",
+                "provider": _provider(s.env),
                 "provider_lease_id": sandbox,
                 "status": s.lease_status,
                 "lease_policy": s.policy,
@@ -399,7 +414,7 @@ def newer_lease_events(sandbox_ids: dict[str, str] | None = None, now: datetime 
             "data": {
                 "lease_id": _id(s.key, "lease-newer"),
                 "environment_id": _id("env", s.env),
-                "provider": "local",
+                "provider": _provider(s.env),
                 "provider_lease_id": sandbox,
                 "status": "released",
                 "lease_policy": "reuse_by_environment",

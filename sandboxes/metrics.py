@@ -108,17 +108,26 @@ class FleetCollector(Collector):
             "Records closed without a retirement (the candidate stopped matching), by kind.",
             labels=["kind"],
         )
+        corrected = CounterMetricFamily(
+            f"{PREFIX}_corrections",
+            "Corrections closed once their stop was confirmed (a sandbox kept running "
+            "after an unsuccessful run, stopped and retained), by kind.",
+            labels=["kind"],
+        )
         # 1: every record, grouped (a few dozen rows at most).
         rows = Retirement.objects.values("stage", "kind", "needs_attention").annotate(n=Count("id"))
         by_open: Counter = Counter()
         by_retired: Counter = Counter()
         by_dismissed: Counter = Counter()
+        by_corrected: Counter = Counter()
         needs_attention = 0
         for row in rows:
             if row["stage"] == Stage.RETIRED:
                 by_retired[row["kind"]] += row["n"]
             elif row["stage"] == Stage.DISMISSED:
                 by_dismissed[row["kind"]] += row["n"]
+            elif row["stage"] == Stage.CORRECTED:
+                by_corrected[row["kind"]] += row["n"]
             else:
                 by_open[(row["stage"], row["kind"])] += row["n"]
                 if row["needs_attention"]:
@@ -129,11 +138,14 @@ class FleetCollector(Collector):
             retired.add_metric([kind], n)
         for kind, n in sorted(by_dismissed.items()):
             dismissed.add_metric([kind], n)
+        for kind, n in sorted(by_corrected.items()):
+            corrected.add_metric([kind], n)
         attention.add_metric([], needs_attention)
         yield kept
         yield attention
         yield retired
         yield dismissed
+        yield corrected
 
         # 2: hold codes of open records, counted in Python (portable; one short
         # list per record).

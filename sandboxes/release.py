@@ -1,38 +1,23 @@
-"""The release rule (DOMAIN §2.5, seed 002): what a lease release really means,
-decided by the run's durable outcome rather than by what the caller asked for."""
+"""Releases as Paperclip reports them (DOMAIN §2.5, seed 002).
 
-from sandboxes.models.choices import (
-    WARM_POLICIES,
-    Disposition,
-    LeaseStatus,
-    RunStatus,
-)
+The console is a mirror and a witness: a `lease.released` event is recorded
+exactly as sent. Only a missing status is filled in, and only from the
+disposition the event carries - never from the run's outcome. A release that
+broke the rule (an unsuccessful run kept running) stays visible as such, and
+the `stop_after_unsuccessful_run` correction catches it.
+"""
+
+from sandboxes.models.choices import Disposition, LeaseStatus
+
+STATUS_FOR_DISPOSITION = {
+    Disposition.KEEP_RUNNING: LeaseStatus.RETAINED,  # kept running
+    Disposition.STOP_AND_RETAIN: LeaseStatus.RELEASED,  # stopped and kept
+    Disposition.DESTROY: LeaseStatus.EXPIRED,  # destroyed
+}
 
 
-def release_outcome(requested: str, run_status: str | None, lease_policy: str) -> tuple[str, str]:
-    """Return (disposition, lease status) for a release.
-
-    `keep_running` survives only a `succeeded` run; any other outcome (including
-    an unknown or still-live run) becomes `stop_and_retain`. The lease status
-    follows the run: cancelled → expired, failed/timed_out → failed, otherwise
-    released. A reusable lease that was stopped and retained still exists, so
-    it cannot be `expired` (destroyed): it stays `released`.
-    """
-    disposition = requested
-    if requested == Disposition.KEEP_RUNNING and run_status != RunStatus.SUCCEEDED:
-        disposition = Disposition.STOP_AND_RETAIN
-
-    if run_status == RunStatus.CANCELLED:
-        status = LeaseStatus.EXPIRED
-    elif run_status in (RunStatus.FAILED, RunStatus.TIMED_OUT):
-        status = LeaseStatus.FAILED
-    else:
-        status = LeaseStatus.RELEASED
-
-    if (
-        status == LeaseStatus.EXPIRED
-        and disposition == Disposition.STOP_AND_RETAIN
-        and lease_policy in WARM_POLICIES
-    ):
-        status = LeaseStatus.RELEASED
-    return str(disposition), str(status)
+def release_status(disposition: str, status: str | None = None) -> str:
+    """The lease status a release records: the one sent, else the disposition's."""
+    if status:
+        return str(status)
+    return str(STATUS_FOR_DISPOSITION[Disposition(disposition)])

@@ -203,7 +203,7 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
             f"unsuccessful-{policy_run}",
             "stop_after_unsuccessful_run",
             STOPPED,
-            final_stage="dismissed",
+            final_stage="corrected",
             started=True,
             dirty="a",
         )

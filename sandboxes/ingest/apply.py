@@ -25,7 +25,7 @@ from sandboxes.models import (
     RecoveryAction,
 )
 from sandboxes.models.choices import RECEIPT_SCHEMAS, ReceiptKind, TerminationState
-from sandboxes.release import release_outcome
+from sandboxes.release import release_status
 
 from . import schemas as s
 from .schemas import Event, EventError
@@ -258,12 +258,12 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
             lease = uow.upsert(EnvironmentLease, d.lease_id, event)
             if lease is None:
                 return
-            run = uow.peek(HeartbeatRun, lease.heartbeat_run_id) if lease.heartbeat_run_id else None
-            run_status = None if run is None or run.placeholder else run.status
-            lease.disposition, lease.status = release_outcome(
-                d.disposition, run_status, lease.lease_policy
-            )
-            lease.released_at = event.occurred_at
+            # The console is a witness (DOMAIN §2.5): the release is recorded as
+            # sent, whatever the run's outcome. A keep_running release after an
+            # unsuccessful run stays `retained`, and the correction stops it.
+            lease.disposition = d.disposition
+            lease.status = release_status(d.disposition, d.status)
+            lease.released_at = d.released_at or event.occurred_at
         case s.ReceiptRecorded():
             lease = uow.get(EnvironmentLease, d.lease_id)
             if not lease.placeholder and lease.provider_lease_id != d.provider_lease_id:
@@ -332,18 +332,7 @@ def _referenced_ids(events: list[Event]) -> dict[type, set[UUID]]:
             value = getattr(event.data, field, None)
             if value is not None:
                 wanted[model].add(value)
-    # lease.released reads the lease's run, which the batch may not name.
     return wanted
-
-
-def _released_runs(uow: _UnitOfWork, events: list[Event]) -> set[UUID]:
-    run_ids = set()
-    for event in events:
-        if isinstance(event.data, s.LeaseReleased):
-            lease = uow.peek(EnvironmentLease, event.data.lease_id)
-            if lease is not None and lease.heartbeat_run_id:
-                run_ids.add(lease.heartbeat_run_id)
-    return run_ids - set(uow.rows[HeartbeatRun])
 
 
 def _check_references(uow: _UnitOfWork, events: list[Event]) -> list[EventError]:
@@ -426,9 +415,6 @@ def _apply_batch(source: str, events: list[Event], actor) -> BatchResult:
 
         uow = _UnitOfWork()
         uow.load(_referenced_ids(fresh))
-        extra_runs = _released_runs(uow, fresh)
-        if extra_runs:
-            uow.load({HeartbeatRun: extra_runs})
         errors = _check_references(uow, fresh)
         if errors:
             raise BatchRejected(errors)

@@ -207,8 +207,12 @@ class LeaseUpserted(Data):
 
 
 class LeaseReleased(Data):
+    """Recorded as sent (DOMAIN §2.5); a missing status is derived from the disposition."""
+
     lease_id: Uuid
     disposition: _choice(Disposition)
+    status: _choice(LeaseStatus) | None = None
+    released_at: Timestamp | None = None
 
 
 class ReceiptRecorded(Data):

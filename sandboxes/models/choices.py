@@ -182,9 +182,12 @@ class Stage(models.TextChoices):
     AWAITING_APPROVAL = "awaiting_approval"
     FAILED = "failed"
     DISMISSED = "dismissed"
+    # A correction's record once its stop is confirmed (DOMAIN §2.3): closed,
+    # never a retirement and never a dismissal.
+    CORRECTED = "corrected"
 
 
-STAGES_CLOSED = (Stage.RETIRED, Stage.DISMISSED)
+STAGES_CLOSED = (Stage.RETIRED, Stage.DISMISSED, Stage.CORRECTED)
 
 
 class HoldCode(models.TextChoices):
@@ -201,6 +204,7 @@ class HoldCode(models.TextChoices):
     RETENTION = "retention"
     UNKNOWN_AGE = "unknown_age"
     OPERATOR_HOLD = "operator_hold"
+    PROVIDER_UNSUPPORTED = "provider_unsupported"
 
 
 class TokenScope(models.TextChoices):

@@ -60,6 +60,8 @@ from sandboxes.models.choices import (
 from .holds import LeaseFacts
 
 KEPT_RESTORE_STATUSES = (LeaseStatus.RELEASED, LeaseStatus.FAILED, LeaseStatus.RETAINED)
+# A sandbox that still exists at the provider, as far as the lease row says.
+KEPT_STATUSES = (LeaseStatus.RELEASED, LeaseStatus.FAILED, LeaseStatus.RETAINED)
 RESUME_FAILED = "resume_failed"
 
 
@@ -70,16 +72,34 @@ def _same_sandbox():
 
 
 def _newer_row():
-    """Another row on the same sandbox that is newer, or whose order against this
-    row is unknown. Ties on acquired_at are broken by id so exactly one row is the
-    newest. A NULL acquired_at on either side compares as unknown in SQL, which
-    `>` alone reads as "not newer": the row would be judged although it may be
-    the older one. When the order is unknown the row is not judged (`newer_lease`)."""
+    """Another row on the same sandbox that sorts newer: a later acquired_at, or
+    the same one and a larger id, so exactly one row is the newest. A row with
+    no acquired_at cannot be ordered: it never hides a dated row (the sandbox
+    stays visible), a dated row is newer than it, and every row of a sandbox
+    with an undated row is held `unknown_age` (DOMAIN §2.2)."""
     return _same_sandbox().filter(
         Q(acquired_at__gt=OuterRef("acquired_at"))
         | Q(acquired_at=OuterRef("acquired_at"), pk__gt=OuterRef("pk"))
-        | Q(acquired_at__isnull=True)
-        | IsNull(OuterRef("acquired_at"), True)
+        | (Q(acquired_at__isnull=False) & IsNull(OuterRef("acquired_at"), True))
+        | (
+            Q(acquired_at__isnull=True, pk__gt=OuterRef("pk"))
+            & IsNull(OuterRef("acquired_at"), True)
+        )
+    )
+
+
+def _resumable_row():
+    """Another row on the same sandbox that its task can still resume: released or
+    retained, the task bound to that row's workspace and not done. Checked over
+    every row, not only the newest: clocks skew (DOMAIN §2.2)."""
+    return (
+        _same_sandbox()
+        .filter(
+            status__in=(LeaseStatus.RELEASED, LeaseStatus.RETAINED),
+            execution_workspace_id__isnull=False,
+            issue__bound_workspace_id=F("execution_workspace_id"),
+        )
+        .exclude(issue__status__in=ISSUE_CLOSED)
     )
 
 
@@ -105,6 +125,8 @@ def _facts_annotations() -> dict:
         ),
         "has_stop_receipt": Exists(_stop_receipt()),
         "newer_lease": Exists(_newer_row()),
+        "resumable_elsewhere": Exists(_resumable_row()),
+        "undated_row": Exists(_same_sandbox().filter(acquired_at__isnull=True)),
         "sandbox_shared": Exists(_same_sandbox().filter(status__in=SHARING_STATUSES)),
         "issue_run_live": Exists(
             HeartbeatRun.objects.filter(issue=OuterRef("issue_id"), status__in=RUN_LIVE)
@@ -137,15 +159,15 @@ KIND_PREDICATES: list[tuple[str, Q]] = [
         Q(status=LeaseStatus.PENDING_CLEANUP, failure_reason=RESUME_FAILED),
     ),
     (
+        # Seed 002: an unsuccessful run's sandbox kept running (status `retained`,
+        # or a `keep_running` release) with no confirmed stop for that run. The
+        # release is recorded as sent, so this matches whichever of the run's
+        # final status and the release arrived first.
         RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN,
-        Q(heartbeat_run__status__in=RUN_UNSUCCESSFUL)
+        Q(heartbeat_run__status__in=RUN_UNSUCCESSFUL, has_stop_receipt=False)
         & (
             Q(status=LeaseStatus.RETAINED)
-            | Q(
-                disposition=Disposition.KEEP_RUNNING,
-                status__in=(LeaseStatus.RELEASED, LeaseStatus.FAILED),
-                has_stop_receipt=False,
-            )
+            | Q(disposition=Disposition.KEEP_RUNNING, status__in=KEPT_STATUSES)
         ),
     ),
     (
@@ -255,6 +277,9 @@ def _to_candidate(row: dict) -> Candidate:
         sandbox_shared=row["sandbox_shared"],
         newer_lease=row["newer_lease"],
         has_stop_receipt=row["has_stop_receipt"],
+        resumable_elsewhere=row["resumable_elsewhere"],
+        undated_row=row["undated_row"],
+        provider=row["provider"],
     )
     return Candidate(
         lease_id=row["id"],

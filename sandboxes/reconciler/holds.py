@@ -28,16 +28,37 @@ HOLD_EXPLANATIONS: dict[str, str] = {
     HoldCode.RETENTION: "Still inside the environment's warm retention window.",
     HoldCode.UNKNOWN_AGE: "A timestamp the rule needs is missing; what cannot be dated stays.",
     HoldCode.OPERATOR_HOLD: "An operator put this sandbox on hold.",
+    HoldCode.PROVIDER_UNSUPPORTED: "The console has no client for this lease's provider; "
+    "it is listed, never touched.",
 }
 
-# Kinds whose only provider call is a stop: holds never block a stop, except an
-# operator's explicit hold (an operator asking us to leave it alone wins).
+# Kinds whose only provider call is a stop.
 STOP_ONLY_KINDS = (
     RetirementKind.SUPERSEDED_RUNNING_WARM,
     RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN,
 )
+# Every hold blocks every provider mutation, stops included ("every existing
+# hold still applies", seed 001; "preserve the existing ownership hold", seed
+# 002), except these, which a stop does not need to wait for (DOMAIN §2.2): the
+# stop settles a missing stop receipt, a stopped sandbox still resumes, a stop
+# keeps the disk, and retention and unknown age gate only a destroy.
+STOP_IGNORES = frozenset(
+    {
+        HoldCode.NO_STOP_RECEIPT,
+        HoldCode.TASK_CAN_RESUME,
+        HoldCode.WRITER_ACTIVE,
+        HoldCode.RETENTION,
+        HoldCode.UNKNOWN_AGE,
+    }
+)
 # Kinds that claim the sandbox is already suspended: they need the stop receipt.
-NEEDS_STOP_RECEIPT = (RetirementKind.ABANDONED_WARM, RetirementKind.DONE_TASK_WARM)
+NEEDS_STOP_RECEIPT = (
+    RetirementKind.ABANDONED_WARM,
+    RetirementKind.DONE_TASK_WARM,
+    RetirementKind.CLOSED_RESTORE_SOURCE,
+)
+# Providers the console has a client for (DOMAIN §1); others are listed and held.
+DRIVEN_PROVIDERS = ("daytona", "local")
 # Hold evaluation order is the display order.
 HOLD_ORDER = [code.value for code in HoldCode]
 
@@ -63,6 +84,12 @@ class LeaseFacts:
     sandbox_shared: bool
     newer_lease: bool
     has_stop_receipt: bool
+    # Another row naming the sandbox that its task can still resume (DOMAIN §2.2:
+    # task_can_resume is checked against every row, clocks skew).
+    resumable_elsewhere: bool = False
+    # Some row naming the sandbox has no acquired_at: the rows cannot be ordered.
+    undated_row: bool = False
+    provider: str = ""
 
 
 def compute_holds(
@@ -86,7 +113,7 @@ def compute_holds(
         codes.add(HoldCode.NEWER_LEASE)
     if kind in NEEDS_STOP_RECEIPT and not facts.has_stop_receipt:
         codes.add(HoldCode.NO_STOP_RECEIPT)
-    if (
+    if facts.resumable_elsewhere or (
         facts.status in (LeaseStatus.RELEASED, LeaseStatus.RETAINED)
         and facts.bound_here
         and facts.issue_status not in ISSUE_CLOSED
@@ -94,7 +121,7 @@ def compute_holds(
         codes.add(HoldCode.TASK_CAN_RESUME)
     if facts.writer_run_id is not None or facts.save_state == SaveState.SAVING:
         codes.add(HoldCode.WRITER_ACTIVE)
-    if facts.acquired_at is None:
+    if facts.acquired_at is None or facts.undated_row:
         codes.add(HoldCode.UNKNOWN_AGE)
     if kind == RetirementKind.DONE_TASK_WARM:
         if facts.released_at is None or facts.warm_retention is None:
@@ -103,13 +130,16 @@ def compute_holds(
             codes.add(HoldCode.RETENTION)
     if operator_hold_reason.strip():
         codes.add(HoldCode.OPERATOR_HOLD)
+    if facts.provider and facts.provider not in DRIVEN_PROVIDERS:
+        codes.add(HoldCode.PROVIDER_UNSUPPORTED)
     return [code for code in HOLD_ORDER if code in codes]
 
 
 def blocking_holds(holds: list[str], kind: str | None) -> list[str]:
-    """The holds that stop the next step: all of them, except for stop-only steps."""
+    """The holds that stop the next step: all of them; a stop-only step ignores
+    only the holds a stop does not need to wait for (STOP_IGNORES)."""
     if kind in STOP_ONLY_KINDS:
-        return [h for h in holds if h == HoldCode.OPERATOR_HOLD]
+        return [h for h in holds if h not in STOP_IGNORES]
     return list(holds)
 
 

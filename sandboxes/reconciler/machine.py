@@ -40,7 +40,6 @@ from sandboxes.models.choices import (
     RECEIPT_SCHEMAS,
     STAGES_CLOSED,
     CleanupStatus,
-    Disposition,
     LeaseStatus,
     ReceiptKind,
     RetirementKind,
@@ -489,6 +488,13 @@ def _succeeded(r: Retirement) -> None:
 # --- steps --------------------------------------------------------------------------
 
 
+CORRECTED_REASON = "stopped after an unsuccessful run"
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
 def _stop(provider, sandbox_id: str) -> Confirmation | None:
     """Stop; a sandbox already gone needs no stop."""
     info = provider.get(sandbox_id)
@@ -509,21 +515,30 @@ def do_stop_only(plan: Plan, attempt_id, worker: Worker) -> None:
     with fenced(plan.retirement_id, attempt_id) as r:
         lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
         _stop_receipts(r, conf, retain=True)
-        # Issue 4: a stop-only step leaves the lease `released` (stopped and kept),
-        # for the seed 002 correction too, so a retry on the same workspace can
-        # still resume it; a later pass judges it afresh (abandoned if the task
-        # moved on).
-        lease.disposition = Disposition.STOP_AND_RETAIN
+        # The console's own act on the mirrored lease (DOMAIN §2.1): the sandbox
+        # is stopped and kept, so the lease is `released`. The disposition
+        # Paperclip reported stays as evidence, and the source time is left
+        # alone, so a later report from Paperclip still wins. A retry on the same
+        # workspace can still resume it; a later pass judges it afresh.
+        before = {"status": lease.status, "released_at": _iso(lease.released_at)}
         lease.status = LeaseStatus.RELEASED
         lease.released_at = lease.released_at or conf.confirmed_at
-        lease.save(update_fields=["disposition", "status", "released_at", "updated_at"])
+        lease.save(update_fields=["status", "released_at", "updated_at"])
+        audit.record(
+            actor=None,
+            action="lease.stopped_and_retained",
+            obj=lease,
+            reason=f"the console stopped and retained the sandbox ({r.kind})",
+            before=before,
+            after={"status": lease.status, "released_at": _iso(lease.released_at)},
+        )
         _succeeded(r)
         r.started_for_salvage = False
         r.provider_state = str(conf.state)
         r.provider_state_at = conf.confirmed_at
         if r.kind == RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN:
-            # A correction, not a retirement: done once the sandbox is stopped.
-            _close(r, Stage.DISMISSED, "stopped and retained after an unsuccessful run", now)
+            # A correction, not a retirement: done once the stop is confirmed.
+            _close(r, Stage.CORRECTED, CORRECTED_REASON, now)
             return
         # The stopped sandbox is judged afresh on a later pass (seed 001).
         _wait(r, Stage.LISTED, next_attempt_at=now)

@@ -275,7 +275,8 @@ class TestRoundTrip:
         )
         assert post_events(events).status_code == 200
         lease = m.EnvironmentLease.objects.get(pk=ids["lease"])
-        assert (lease.status, lease.disposition) == ("failed", "stop_and_retain")
+        # Recorded as sent (DOMAIN §2.5): the correction, not ingest, stops it.
+        assert (lease.status, lease.disposition) == ("retained", "keep_running")
 
 
 def test_an_upsert_keeps_fields_it_does_not_carry(post_events):

@@ -1,80 +1,36 @@
-"""The release rule (DOMAIN §2.5, seed 002) for every (disposition, run status) pair."""
+"""Releases are recorded as sent (DOMAIN §2.5, seed 002; issue 10 item 3).
+
+Fails on main: ingest rewrote the disposition and derived the status from the
+run's outcome (keep_running → stop_and_retain after an unsuccessful run, and
+cancelled → expired), and it ignored an event's `status` and `released_at`.
+"""
 
 import pytest
 
 from sandboxes.models import EnvironmentLease
-from sandboxes.models.choices import Disposition, LeasePolicy, RunStatus
-from sandboxes.release import release_outcome
+from sandboxes.models.choices import Disposition, RunStatus
+from sandboxes.release import release_status
 
 from .events import event, graph
 
 K, S, D = "keep_running", "stop_and_retain", "destroy"
-
-# run status → lease status for a non-warm lease (DOMAIN §2.5)
-STATUS = {
-    "succeeded": "released",
-    "interrupted": "released",
-    "failed": "failed",
-    "timed_out": "failed",
-    "cancelled": "expired",
-    "queued": "released",
-    "scheduled_retry": "released",
-    "running": "released",
-}
-
-EXPECTED = {
-    # (requested, run): (disposition, status) for a reuse_by_environment lease
-    **{(K, run): (S, STATUS[run]) for run in RunStatus.values if run != "succeeded"},
-    (K, "succeeded"): (K, "released"),
-    **{(S, run): (S, STATUS[run]) for run in RunStatus.values},
-    **{(D, run): (D, STATUS[run]) for run in RunStatus.values},
-}
-# A warm sandbox that was stopped and retained still exists: never `expired`.
-EXPECTED[(K, "cancelled")] = (S, "released")
-EXPECTED[(S, "cancelled")] = (S, "released")
+DERIVED = {K: "retained", S: "released", D: "expired"}
 
 
-def test_the_table_covers_every_pair():
-    assert len(EXPECTED) == len(Disposition.values) * len(RunStatus.values)
+@pytest.mark.parametrize("disposition", Disposition.values)
+def test_a_missing_status_comes_from_the_disposition_only(disposition):
+    assert release_status(disposition) == DERIVED[disposition]
 
 
-@pytest.mark.parametrize(("requested", "run"), sorted(EXPECTED))
-def test_warm_lease(requested, run):
-    assert (
-        release_outcome(requested, run, LeasePolicy.REUSE_BY_ENVIRONMENT)
-        == EXPECTED[(requested, run)]
-    )
-
-
-@pytest.mark.parametrize("run", RunStatus.values)
-def test_non_warm_lease_status_follows_the_run(run):
-    disposition, status = release_outcome(S, run, LeasePolicy.EPHEMERAL)
-    assert (disposition, status) == (S, STATUS[run])
-
-
-@pytest.mark.parametrize("run", ["failed", "cancelled", "timed_out", "interrupted"])
-def test_keep_running_never_survives_an_unsuccessful_run(run):
-    disposition, _ = release_outcome(K, run, LeasePolicy.REUSE_BY_ENVIRONMENT)
-    assert disposition == S
-
-
-def test_unknown_run_is_not_a_success():
-    assert release_outcome(K, None, LeasePolicy.REUSE_BY_ENVIRONMENT) == (S, "released")
+@pytest.mark.parametrize("disposition", Disposition.values)
+def test_a_status_sent_is_kept(disposition):
+    assert release_status(disposition, "failed") == "failed"
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(
-    ("run", "requested", "expected"),
-    [
-        ("failed", K, (S, "failed")),
-        ("cancelled", K, (S, "released")),
-        ("timed_out", S, (S, "failed")),
-        ("interrupted", K, (S, "released")),
-        ("succeeded", K, (K, "released")),
-        ("cancelled", D, (D, "expired")),
-    ],
-)
-def test_ingested_release_applies_the_rule(post_events, run, requested, expected):
+@pytest.mark.parametrize("run", RunStatus.values)
+@pytest.mark.parametrize("requested", [K, S, D])
+def test_ingested_release_is_recorded_as_sent_whatever_the_run(post_events, run, requested):
     ids, events = graph(run_status=run)
     events.append(
         event(
@@ -86,5 +42,38 @@ def test_ingested_release_applies_the_rule(post_events, run, requested, expected
     response = post_events(events)
     assert response.status_code == 200, response.json()
     lease = EnvironmentLease.objects.get(pk=ids["lease"])
-    assert (lease.disposition, lease.status) == expected
+    assert (lease.disposition, lease.status) == (requested, DERIVED[requested])
     assert lease.released_at.isoformat() == "2026-11-01T02:00:00+00:00"
+
+
+@pytest.mark.django_db
+def test_status_and_released_at_are_recorded_as_sent(post_events):
+    ids, events = graph(run_status="failed", policy="retain_on_failure")
+    events.append(
+        event(
+            "lease.released",
+            {
+                "lease_id": ids["lease"],
+                "disposition": S,
+                "status": "failed",
+                "released_at": "2026-11-01T01:30:00Z",
+            },
+            at="2026-11-01T02:00:00Z",
+        )
+    )
+    response = post_events(events)
+    assert response.status_code == 200, response.json()
+    lease = EnvironmentLease.objects.get(pk=ids["lease"])
+    assert (lease.disposition, lease.status) == (S, "failed")
+    assert lease.released_at.isoformat() == "2026-11-01T01:30:00+00:00"
+
+
+@pytest.mark.django_db
+def test_a_bad_release_status_is_named(post_events):
+    ids, events = graph()
+    events.append(
+        event("lease.released", {"lease_id": ids["lease"], "disposition": K, "status": "asleep"})
+    )
+    response = post_events(events)
+    assert response.status_code == 400
+    assert any(e["path"] == "data.status" for e in response.json()["errors"])

@@ -12,6 +12,8 @@ from sandboxes.providers.local import LocalProvider
 from sandboxes.reconciler.passes import run_pass
 from tests import factories as f
 
+from .world import world, world_factory  # noqa: F401  (end-to-end fixtures)
+
 SAVED = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n", "old.txt": b"old\n"}
 
 

@@ -195,29 +195,34 @@ def test_a_lease_with_a_retired_record_is_never_listed_again():
 
 
 def test_a_row_without_acquired_at_on_the_same_sandbox_holds_the_dated_row():
+    """Issue 10 item 9: the sandbox stays visible, held (main: it vanished)."""
     old = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
     f.stop_receipt(old)
-    # A newer row (from the mirror, say) that cannot be dated: released and bound
-    # to its task's workspace, so the task can resume the sandbox.
+    # A row (from the mirror, say) that cannot be dated: released and bound to its
+    # task's workspace, so the task can resume the sandbox.
     f.EnvironmentLeaseFactory(
         provider_lease_id=old.provider_lease_id,
         environment=old.environment,
         status=m.LeaseStatus.RELEASED,
         acquired_at=None,
     )
-    assert old.provider_lease_id not in kinds()
-    assert judge_leases([old.pk])[old.pk].facts.newer_lease is True
+    [e] = evaluate_fleet()
+    assert e.candidate.lease_id == old.pk
+    assert {"task_can_resume", "unknown_age"} <= set(e.holds)
 
 
 def test_an_undated_row_is_not_judged_against_a_dated_row_on_its_sandbox():
     undated = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED, acquired_at=None)
     f.stop_receipt(undated)
-    f.EnvironmentLeaseFactory(
+    dated = f.EnvironmentLeaseFactory(
         provider_lease_id=undated.provider_lease_id,
         environment=undated.environment,
-        status=m.LeaseStatus.RELEASED,
+        status=m.LeaseStatus.FAILED,
     )
-    assert undated.provider_lease_id not in kinds()
+    f.stop_receipt(dated)
+    [e] = evaluate_fleet()
+    assert e.candidate.lease_id == dated.pk
+    assert "unknown_age" in e.holds
     assert judge_leases([undated.pk])[undated.pk].facts.newer_lease is True
 
 

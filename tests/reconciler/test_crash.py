@@ -96,7 +96,8 @@ def test_a_crash_after_a_stop_only_step_never_destroys(warm, local, reconcile, m
     expire_claims()
     reconcile()
     lease.refresh_from_db()
-    assert lease.disposition == m.Disposition.STOP_AND_RETAIN
+    assert lease.status == m.LeaseStatus.RELEASED
+    assert m.Retirement.objects.get(lease=lease).stage == m.Stage.CORRECTED
     assert local.inner.get(lease.provider_lease_id).state == "stopped"
     assert local.count("destroy") == 0
 

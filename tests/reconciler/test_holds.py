@@ -93,8 +93,15 @@ def test_a_failed_row_is_never_resumable():
     assert HoldCode.TASK_CAN_RESUME not in compute_holds(facts, "abandoned_warm", now=NOW)
 
 
-def test_holds_do_not_block_a_stop_only_step_except_an_operator_hold():
-    holds = [HoldCode.RUN_ACTIVE, HoldCode.TASK_CAN_RESUME, HoldCode.OPERATOR_HOLD]
-    assert blocking_holds(holds, RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN) == ["operator_hold"]
-    assert blocking_holds(holds[:2], RetirementKind.SUPERSEDED_RUNNING_WARM) == []
-    assert blocking_holds(holds, RetirementKind.ABANDONED_WARM) == holds
+STOP_IGNORED = ["no_stop_receipt", "task_can_resume", "writer_active", "retention", "unknown_age"]
+
+
+@pytest.mark.parametrize(
+    "kind", [RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN, RetirementKind.SUPERSEDED_RUNNING_WARM]
+)
+@pytest.mark.parametrize("code", [c.value for c in HoldCode])
+def test_every_hold_blocks_a_stop_only_step_but_five(kind, code):
+    """DOMAIN §2.2, issue 10 item 4 (main: only operator_hold blocked a stop)."""
+    expected = [] if code in STOP_IGNORED else [code]
+    assert blocking_holds([code], kind) == expected
+    assert blocking_holds([code], RetirementKind.ABANDONED_WARM) == [code]

@@ -97,7 +97,16 @@ def _hold_setups():
         return abandoned(warm, receipt=False)
 
     def task_can_resume(warm):
-        return warm(lease_policy=m.LeasePolicy.RETAIN_ON_FAILURE, status=m.LeaseStatus.RELEASED)
+        # Checked over every row naming the sandbox (DOMAIN §2.2): a row that
+        # sorts older but whose task is bound to its workspace protects it.
+        lease = abandoned(warm)
+        f.EnvironmentLeaseFactory(
+            environment=lease.environment,
+            provider_lease_id=lease.provider_lease_id,
+            status=m.LeaseStatus.RELEASED,
+            acquired_at=lease.acquired_at - timedelta(minutes=1),
+        )
+        return lease
 
     def writer_active(warm):
         lease = abandoned(warm)
@@ -111,6 +120,9 @@ def _hold_setups():
 
     def unknown_age(warm):
         return warm(issue__status=m.IssueStatus.DONE, released_at=None)
+
+    def provider_unsupported(warm):
+        return abandoned(warm, env=f.EnvironmentFactory(provider="e2b"))
 
     def operator_hold(warm):
         lease = abandoned(warm)

@@ -176,8 +176,11 @@ def test_unsuccessful_run_kept_running_is_stopped_and_retained(outcome, warm, lo
     assert r.kind == m.RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN
     assert local.inner.get(lease.provider_lease_id).state == "stopped"
     assert local.count("destroy") == 0
-    assert lease.disposition == m.Disposition.STOP_AND_RETAIN
+    # The console stopped it and marks the lease released; Paperclip's reported
+    # disposition stays as evidence (DOMAIN §2.5). The record closes `corrected`.
+    assert lease.disposition == m.Disposition.KEEP_RUNNING
     assert lease.status == m.LeaseStatus.RELEASED
+    assert r.stage == m.Stage.CORRECTED
     kinds = set(r.receipts.values_list("kind", flat=True))
     assert {m.ReceiptKind.TERMINATION, m.ReceiptKind.STOP_AND_RETAIN} <= kinds
     # Stopped and retained, never destroyed: the task can resume it on a retry.
