@@ -24,7 +24,7 @@ def operator_token(db):
 
 # --- resetting tables in tests ------------------------------------------------------
 #
-# Receipts and audit rows refuse TRUNCATE (a statement trigger, migration 0009),
+# Receipts and audit rows refuse TRUNCATE (a statement trigger, migration 0010),
 # and Django resets the database after a transactional test with one TRUNCATE of
 # every table. This is the one documented path around the trigger, and it is
 # test-only: the flush runs with `session_replication_role = replica`, which

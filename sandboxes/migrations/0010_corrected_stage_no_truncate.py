@@ -30,7 +30,7 @@ def allow_truncate(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sandboxes", "0008_retirement_failing_since"),
+        ("sandboxes", "0009_lease_superseded"),
     ]
 
     operations = [
