@@ -70,3 +70,11 @@ def short_id(value, what="id", size=8):
 def shorten(value, size=8):
     """An id cut to `size` characters and "…" when longer (the title keeps it whole)."""
     return _short(value, int(size))
+
+
+@register.filter
+def action_words(action):
+    """`retirement.failed` → "a step failed" (the audit filter's words)."""
+    from sandboxes.audit import ACTIONS
+
+    return ACTIONS.get(action) or label(str(action).split(".", 1)[-1])

@@ -3,6 +3,7 @@ JSON, streamed from a server-side cursor so the table is never held in memory.""
 
 import csv
 import json
+import uuid
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, StreamingHttpResponse
@@ -11,8 +12,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from sandboxes.forms import AuditFilterForm
-from sandboxes.models import AuditEvent
-from sandboxes.views.common import console_view, keyset_page, query_without
+from sandboxes.models import AuditEvent, Environment
+from sandboxes.views.common import console_view, counted, keyset_page, query_without
 
 PAGE_SIZE = 100
 EXPORT_FIELDS = (
@@ -54,13 +55,36 @@ def filtered_events(request):
 def audit(request):
     form, qs = filtered_events(request)
     page = keyset_page(qs, order="-at", cursor=request.GET.get("after"), size=PAGE_SIZE)
+    # Environments by name, not uuid: one query for the page's environment rows.
+    env_ids = {e.object_id for e in page.items if e.object_type == "environment"}
+    names = dict(
+        Environment.objects.filter(pk__in=[i for i in env_ids if _is_uuid(i)]).values_list(
+            "pk", "name"
+        )
+    )
+    for event in page.items:
+        event.object_name = (
+            names.get(_as_uuid(event.object_id)) if event.object_type == "environment" else ""
+        )
     context = {
         "form": form,
         "page": page,
+        "total": counted(qs) if not form.errors else {"n": 0, "more": False},
         "query": query_without(request, "after"),
         "first_page": not request.GET.get("after"),
     }
     return render(request, "sandboxes/audit.html", context, status=400 if form.errors else 200)
+
+
+def _as_uuid(value):
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def _is_uuid(value) -> bool:
+    return _as_uuid(value) is not None
 
 
 def _row(event: AuditEvent) -> dict:

@@ -1,11 +1,12 @@
 """Kept sandboxes: the filtered live list, one sandbox's detail, and the
 operator buttons (approve, retry, hold, release hold, attest)."""
 
+import hashlib
 import uuid
 
 from django.contrib import messages
-from django.db.models import Case, F, IntegerField, Value, When
-from django.http import FileResponse, Http404
+from django.db.models import Case, Count, F, IntegerField, Max, Value, When
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -15,6 +16,7 @@ from sandboxes import actions
 from sandboxes.forms import AttestForm, KeptFilterForm, ReasonForm
 from sandboxes.models import (
     Attachment,
+    AuditEvent,
     Environment,
     EnvironmentLease,
     Issue,
@@ -38,6 +40,7 @@ from sandboxes.views.common import (
 )
 
 PAGE_SIZE = 50
+HISTORY_ROWS = 200
 
 # Shown when the reconciler left no explanation for a code (DOMAIN §2.2).
 HOLD_EXPLANATIONS = {
@@ -186,8 +189,19 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         {"code": code, "text": (r.hold_reasons or {}).get(code) or HOLD_EXPLANATIONS.get(code, "")}
         for code in (r.holds or [])
     ]
+    events = list(
+        AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).order_by("-at")[:HISTORY_ROWS]
+    )
+    history = [{"type": "audit", "at": e.at, "who": e.actor_label, "e": e} for e in events] + [
+        {"type": "receipt", "at": x.confirmed_at, "who": x.actor or "paperclip", "r": x}
+        for x in receipts
+    ]
+    history.sort(key=lambda item: item["at"])
     return {
         "r": r,
+        "fp": detail_fingerprint(r),
+        "live_trigger": LIVE_TRIGGER,
+        "history": history,
         "holds": holds,
         "blocking": [
             code.replace("_", " ")
@@ -260,10 +274,33 @@ def sandbox_by_id(request, sandbox_id):
     return _detail_response(request, r)
 
 
+def detail_fingerprint(r: Retirement) -> str:
+    """Changes whenever the live parts of a sandbox's page would: the record, its
+    receipts and its audit rows. Two small aggregates beside the record itself."""
+    receipts = Receipt.objects.filter(
+        provider_lease_id=r.provider_lease_id, lease__provider=r.provider
+    ).aggregate(n=Count("id"), last=Max("created_at"))
+    events = AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).aggregate(
+        n=Count("id"), last=Max("at")
+    )
+    state = (r.updated_at, r.stage, tuple(receipts.values()), tuple(events.values()))
+    return hashlib.sha256(repr(state).encode()).hexdigest()[:20]
+
+
 def _detail_response(request, r: Retirement):
-    context = detail_context(request, r)
     part = request.GET.get("part")
-    if request.htmx and part in ("panel", "receipts"):
+    if request.htmx and part == "live":
+        # A poll: 204 when nothing moved; else the state, history and receipts
+        # (out of band), and a `stage-changed` event so the actions re-render.
+        fingerprint = detail_fingerprint(r)
+        if request.GET.get("fp") == fingerprint:
+            return HttpResponse(status=204)
+        response = render(request, "sandboxes/detail.html#live", detail_context(request, r))
+        if request.GET.get("stage") != r.stage:
+            trigger_client_event(response, "stage-changed", {"stage": r.stage})
+        return response
+    context = detail_context(request, r)
+    if request.htmx and part in ("panel", "receipts", "history"):
         return render(request, f"sandboxes/detail.html#{part}", context)
     return render(request, "sandboxes/detail.html", context)
 
@@ -336,9 +373,10 @@ def _act(request, pk, name: str, form_class, call):
             notice = DONE[name]
     r = _get_retirement(pk)
     if request.htmx:
+        # The panel, and the history and receipts out of band (an action adds rows).
         response = render(
             request,
-            "sandboxes/detail.html#panel",
+            "sandboxes/detail.html#acted",
             detail_context(request, r, error=error, notice=notice),
         )
         if not error:

@@ -205,3 +205,49 @@ def test_an_unknown_action_is_an_error_naming_the_field(as_reviewer, db):
     assert _actions(response) == []
     # The export refuses the same filter instead of exporting everything.
     assert as_reviewer.get(reverse("audit-export-csv"), {"action": "x"}).status_code == 400
+
+
+def test_the_trail_reads_like_prose_environment_names_and_sandbox_links(as_reviewer, db):
+    # Issue 15 item 10: humanised before → after, environment names, sandbox links.
+    from tests.factories import EnvironmentFactory, RetirementFactory
+
+    env = EnvironmentFactory(name="prod-east")
+    AuditEventFactory(
+        action="environment.edit_policy",
+        object_type="environment",
+        object_id=str(env.pk),
+        before={"warm_retention_hours": 24.0, "retirement_mode": "manual"},
+        after={"warm_retention_hours": 0.5, "retirement_mode": "auto"},
+    )
+    r = RetirementFactory(provider_lease_id="sbx-linked")
+    AuditEventFactory(
+        action="retirement.hold",
+        object_id=str(r.pk),
+        sandbox_id="sbx-linked",
+        before={"holds": [], "needs_attention": False, "next_attempt_at": None},
+        after={
+            "holds": ["retention", "operator_hold"],
+            "needs_attention": True,
+            "next_attempt_at": "2026-01-01T10:00:00.123456+00:00",
+        },
+    )
+    body = as_reviewer.get(reverse("audit")).content.decode()
+    policy = _change_cell(body, "environment.edit_policy")
+    assert "24 h → 0.5 h" in policy and "manual → auto" in policy
+    assert "environment <strong>prod-east</strong>" in body
+    assert str(env.pk) not in body.split('data-audit-action="environment.edit_policy"')[1][:600]
+    hold = _change_cell(body, "retirement.hold")
+    assert "none → retention, operator hold" in hold
+    assert "no → yes" in hold
+    assert "— → 2026-01-01 10:00:00 UTC" in hold and ".123456" not in hold
+    assert 'href="/sandboxes/sbx-linked/"' in body
+    # The exports keep the raw values.
+    data = json.loads(b"".join(as_reviewer.get(reverse("audit-export-json")).streaming_content))
+    raw = next(d for d in data if d["action"] == "retirement.hold")
+    assert raw["after"]["next_attempt_at"] == "2026-01-01T10:00:00.123456+00:00"
+    assert raw["after"]["holds"] == ["retention", "operator_hold"]
+
+
+def test_the_trail_shows_its_result_count(as_reviewer, trail):
+    body = as_reviewer.get(reverse("audit"), {"sandbox": "sbx-1"}).content.decode()
+    assert 'data-count="2"' in body and "2 audit rows match" in body

@@ -194,3 +194,59 @@ def test_a_closed_record_says_why_and_shows_no_stale_holds(as_reviewer, db):
     assert "no longer a candidate (the predicate stopped matching)" in body
     assert "Still inside the window." not in body
     assert 'class="holds"' not in body
+
+
+def test_the_page_tells_the_sandboxes_own_history_as_one_timeline(as_reviewer, db):
+    # Issue 15 item 9: its audit rows and receipts, oldest first.
+    from tests.factories import AuditEventFactory
+
+    r = RetirementFactory(provider_lease_id="sbx-story")
+    AuditEventFactory(
+        sandbox_id="sbx-story",
+        action="retirement.failed",
+        reason="TransientProviderError: 503",
+        before={"attempts": 0},
+        after={"attempts": 1},
+    )
+    clean_compare(r)
+    AuditEventFactory(sandbox_id="sbx-elsewhere", action="retirement.hold", reason="not mine")
+    body = _detail(as_reviewer, r).content.decode()
+    history = body.split('id="history"', 1)[1].split("</section>", 1)[0]
+    assert "a step failed" in history and "503" in history and "attempts: 0 → 1" in history
+    assert "receipt: salvage compare" in history
+    assert "not mine" not in history
+    assert history.index("a step failed") < history.index("receipt: salvage compare")
+
+
+def test_the_detail_page_is_live_during_a_pass(as_reviewer, db):
+    # Issue 15 item 9: stage, holds and receipts update without reload.
+    r = RetirementFactory(stage=Stage.LISTED)
+    body = _detail(as_reviewer, r).content.decode()
+    fp = body.split('id="state"', 1)[1].split('data-fp="', 1)[1].split('"', 1)[0]
+    url = reverse("sandbox-detail", kwargs={"pk": r.pk})
+    unchanged = as_reviewer.get(url, {"part": "live", "fp": fp, "stage": "listed"}, **HX)
+    assert unchanged.status_code == 204
+    r.stage = Stage.AWAITING_APPROVAL
+    r.save()
+    clean_compare(r)
+    changed = as_reviewer.get(url, {"part": "live", "fp": fp, "stage": "listed"}, **HX)
+    assert changed.status_code == 200
+    html = changed.content.decode()
+    assert html.lstrip().startswith('<div id="state"')
+    assert 'data-stage="awaiting_approval"' in html
+    assert 'id="receipts" aria-labelledby="receipts-h" hx-swap-oob="true"' in html
+    assert 'id="history" aria-labelledby="history-h" hx-swap-oob="true"' in html
+    assert "stage-changed" in changed["HX-Trigger"]
+
+
+@pytest.mark.parametrize("size", [10, 100])
+def test_the_live_poll_is_cheap(as_reviewer, django_assert_max_num_queries, size):
+    from tests.console.fleet import build_fleet
+
+    r = build_fleet(size)[0]
+    url = reverse("sandbox-detail", kwargs={"pk": r.pk})
+    with django_assert_max_num_queries(12):
+        body = as_reviewer.get(url).content.decode()
+    fp = body.split('id="state"', 1)[1].split('data-fp="', 1)[1].split('"', 1)[0]
+    with django_assert_max_num_queries(8):
+        assert as_reviewer.get(url, {"part": "live", "fp": fp}, **HX).status_code == 204
