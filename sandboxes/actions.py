@@ -359,6 +359,53 @@ def edit_policy(
     return env
 
 
+def _price_table(env: Environment) -> dict:
+    from sandboxes.models.mirror import PRICE_FIELDS
+
+    table = {"price_currency": env.price_currency}
+    for name in PRICE_FIELDS:
+        value = getattr(env, name)
+        table[name] = None if value is None else str(value.normalize())
+    return table
+
+
+@transaction.atomic
+def edit_prices(environment_id, *, actor, reason: str, **prices) -> Environment:
+    """Set an environment's price table (an admin's act, audited). A None price
+    is "no price": costs that need it read unknown."""
+    from decimal import Decimal
+
+    from sandboxes.models.mirror import PRICE_FIELDS
+
+    _require(actor, "edit_policy")
+    reason = _reason(reason)
+    env = Environment.objects.select_for_update().get(pk=environment_id)
+    before = _price_table(env)
+    currency = str(prices.get("price_currency") or env.price_currency).strip().upper()
+    if len(currency) != 3 or not currency.isalpha():
+        raise ActionRefused("price_currency: a currency is three letters (ISO 4217).")
+    env.price_currency = currency
+    for name in PRICE_FIELDS:
+        value = prices.get(name)
+        if value is not None and Decimal(value) < 0:
+            raise ActionRefused(f"{name}: a price cannot be negative.")
+        setattr(env, name, None if value is None else Decimal(value))
+    after = _price_table(env)
+    if after == before:
+        raise ActionRefused("Nothing changed.")
+    env.save(update_fields=["price_currency", *PRICE_FIELDS, "updated_at"])
+    audit.record(
+        actor=actor,
+        action="environment.edit_prices",
+        obj=env,
+        reason=reason,
+        before=before,
+        after=after,
+        sandbox_id="",
+    )
+    return env
+
+
 @transaction.atomic
 def create_token(*, actor, name: str, scope: str, reason: str = "") -> tuple[ApiToken, str]:
     _require(actor, "manage_tokens")

@@ -12,6 +12,7 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "retirement.release_hold": "released a hold",
         "retirement.attest": "discarded unsaved work",
         "environment.edit_policy": "edited an environment's policy",
+        "environment.edit_prices": "edited an environment's price table",
         "token.create": "created an API token",
         "token.revoke": "revoked an API token",
         "user.grant_role": "granted a role",

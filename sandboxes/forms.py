@@ -92,7 +92,7 @@ class PolicyForm(forms.Form):
     )
     max_retirements_per_pass = forms.IntegerField(min_value=0, max_value=100000)
     workspace_root = forms.CharField(max_length=500)
-    reason = forms.CharField(max_length=2000)
+    reason = forms.CharField(max_length=2000, label="Reason for the policy change")
 
     def clean_workspace_root(self):
         from sandboxes.ingest.schemas import sandbox_root
@@ -102,6 +102,31 @@ class PolicyForm(forms.Form):
             return sandbox_root(root)
         except ValueError as exc:
             raise forms.ValidationError(f"A workspace root {exc}.") from None
+
+
+def _price(label: str) -> forms.DecimalField:
+    return forms.DecimalField(
+        required=False, min_value=0, max_digits=12, decimal_places=6, label=label
+    )
+
+
+class PriceForm(forms.Form):
+    """An environment's price table; a blank price is "no price" (cost unknown)."""
+
+    price_currency = forms.CharField(max_length=3, min_length=3, initial="USD", label="Currency")
+    price_vcpu_hour_running = _price("Started: per vCPU-hour")
+    price_memory_gib_hour_running = _price("Started: per GiB-hour of memory")
+    price_disk_gib_month_running = _price("Started: per GiB-month of disk")
+    price_vcpu_hour_stopped = _price("Stopped: per vCPU-hour")
+    price_memory_gib_hour_stopped = _price("Stopped: per GiB-hour of memory")
+    price_disk_gib_month_stopped = _price("Stopped: per GiB-month of disk")
+    reason = forms.CharField(max_length=2000, label="Reason for the price change")
+
+    def clean_price_currency(self):
+        value = self.cleaned_data["price_currency"].strip().upper()
+        if not value.isalpha():
+            raise forms.ValidationError("A currency is three letters (ISO 4217), like USD.")
+        return value
 
 
 class TokenForm(forms.Form):

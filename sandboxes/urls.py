@@ -29,6 +29,7 @@ urlpatterns = [
     path("passes/", admin_pages.passes, name="passes"),
     path("environments/", admin_pages.environments, name="environments"),
     path("environments/<uuid:pk>/policy/", admin_pages.edit_policy, name="environment-policy"),
+    path("environments/<uuid:pk>/prices/", admin_pages.edit_prices, name="environment-prices"),
     path("environments/<uuid:pk>/channels/", notifications.channels, name="channels"),
     path(
         "environments/<uuid:pk>/channels/new/",

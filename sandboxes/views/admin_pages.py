@@ -5,7 +5,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import actions
-from sandboxes.forms import PolicyForm, TokenForm
+from sandboxes.forms import PolicyForm, PriceForm, TokenForm
 from sandboxes.models import ApiToken, Environment, ReconcilerPass
 from sandboxes.roles import ASSIGN_ROLES
 from sandboxes.views.common import console_view, keyset_page, permission, permission_named
@@ -38,14 +38,66 @@ def _policy_initial(env: Environment) -> dict:
     }
 
 
-def _environments_context(request, *, bound: dict | None = None) -> dict:
+MODES = {
+    "observe": "lists and explains every kept sandbox, calls no provider except reads,"
+    " and never stops or destroys anything",
+    "manual": "compares and exports, then waits at awaiting approval: an operator"
+    " approves every destroy",
+    "auto": "compares, exports and destroys on its own once the proof exists and no hold"
+    " applies, at most the cap per pass",
+}
+
+
+def _price_initial(env: Environment) -> dict:
+    from sandboxes.models.mirror import PRICE_FIELDS
+
+    return {"price_currency": env.price_currency} | {n: getattr(env, n) for n in PRICE_FIELDS}
+
+
+def _prices(env: Environment) -> list[dict]:
+    rows = []
+    for label, stem in (
+        ("vCPU-hour", "price_vcpu_hour"),
+        ("GiB-hour of memory", "price_memory_gib_hour"),
+        ("GiB-month of disk", "price_disk_gib_month"),
+    ):
+        rows.append(
+            {
+                "label": label,
+                "running": getattr(env, f"{stem}_running"),
+                "stopped": getattr(env, f"{stem}_stopped"),
+            }
+        )
+    return rows
+
+
+def _environments_context(
+    request, *, bound: dict | None = None, bound_prices: dict | None = None
+) -> dict:
     rows = []
     for env in Environment.objects.order_by("name"):
         form = (bound or {}).get(env.pk) or PolicyForm(
             initial=_policy_initial(env), prefix=str(env.pk)
         )
-        rows.append({"env": env, "form": form})
-    return {"rows": rows, "can_edit": request.user.has_perm("sandboxes.edit_policy")}
+        price_form = (bound_prices or {}).get(env.pk) or PriceForm(
+            initial=_price_initial(env), prefix=f"price-{env.pk}"
+        )
+        rows.append(
+            {
+                "env": env,
+                "form": form,
+                "price_form": price_form,
+                "mode_words": MODES.get(env.retirement_mode, ""),
+                "retention_hours": env.warm_retention.total_seconds() / 3600,
+                "prices": _prices(env),
+                "open_edit": env.pk in (bound or {}) or env.pk in (bound_prices or {}),
+            }
+        )
+    return {
+        "rows": rows,
+        "modes": MODES,
+        "can_edit": request.user.has_perm("sandboxes.edit_policy"),
+    }
 
 
 @console_view
@@ -69,6 +121,24 @@ def edit_policy(request, pk):
             messages.success(request, f"Policy of {env.name} saved.")
             return redirect("environments")
     context = _environments_context(request, bound={env.pk: form})
+    return render(request, "sandboxes/environments.html", context, status=400)
+
+
+@require_POST
+@console_view
+@permission("edit_policy")
+def edit_prices(request, pk):
+    env = get_object_or_404(Environment, pk=pk)
+    form = PriceForm(request.POST, prefix=f"price-{env.pk}")
+    if form.is_valid():
+        try:
+            actions.edit_prices(env.pk, actor=request.user, **form.cleaned_data)
+        except actions.ActionRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Price table of {env.name} saved.")
+            return redirect("environments")
+    context = _environments_context(request, bound_prices={env.pk: form})
     return render(request, "sandboxes/environments.html", context, status=400)
 
 

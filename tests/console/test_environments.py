@@ -73,3 +73,49 @@ def test_an_unchanged_policy_writes_nothing(as_admin, db):
     assert response.status_code == 400
     assert b"Nothing changed." in response.content
     assert AuditEvent.objects.count() == 0
+
+
+def test_the_modes_are_explained_and_retention_reads_the_same_to_every_role(
+    as_reviewer, as_admin, db
+):
+    # Issue 15 item 15: a reviewer saw "1 day, 0:00:00", an admin "24.0".
+    EnvironmentFactory(name="prod-east", warm_retention=timedelta(hours=24))
+    for client in (as_reviewer, as_admin):
+        body = client.get(reverse("environments")).content.decode()
+        assert "<dd data-retention>24 h</dd>" in body
+        assert "1 day, 0:00:00" not in body
+        for mode in ("observe", "manual", "auto"):
+            assert f'<span class="mode mode-{mode}">{mode}</span></dt>' in body
+        assert "an operator approves every destroy" in body
+
+
+def test_admins_set_the_price_table_with_an_audit_row(as_admin, as_operator, admin, db):
+    from decimal import Decimal
+
+    env = EnvironmentFactory(name="prod-east")
+    url = reverse("environment-prices", kwargs={"pk": env.pk})
+    data = {
+        "price_currency": "eur",
+        "price_vcpu_hour_running": "0.05",
+        "price_memory_gib_hour_running": "0.01",
+        "price_disk_gib_month_running": "0.1",
+        "price_vcpu_hour_stopped": "0",
+        "price_memory_gib_hour_stopped": "0",
+        "price_disk_gib_month_stopped": "0.1",
+        "price_reason": "",
+        "reason": "list prices 2026",
+    }
+    form = {f"price-{env.pk}-{k}": v for k, v in data.items()}
+    assert as_operator.post(url, form).status_code == 403
+    assert as_admin.post(url, form).status_code == 302
+    env.refresh_from_db()
+    assert env.price_currency == "EUR"
+    assert env.price_vcpu_hour_running == Decimal("0.05")
+    assert env.price_memory_gib_hour_stopped == Decimal("0")
+    (event,) = AuditEvent.objects.filter(action="environment.edit_prices")
+    assert event.actor == admin and event.after["price_vcpu_hour_running"] == "0.05"
+    assert event.before["price_vcpu_hour_running"] is None
+    body = as_admin.get(reverse("environments")).content.decode()
+    assert "Price table (EUR)" in body
+    bad = {**form, f"price-{env.pk}-price_vcpu_hour_running": "-1"}
+    assert as_admin.post(url, bad).status_code == 400
