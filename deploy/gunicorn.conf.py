@@ -15,7 +15,9 @@ threads = int(os.environ.get("GUNICORN_THREADS", "4"))
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
 graceful_timeout = 30
 # The console runs behind a TLS-terminating proxy on the same host by default;
-# set FORWARDED_ALLOW_IPS to the proxy's address otherwise.
+# set FORWARDED_ALLOW_IPS to the proxy's address otherwise. The console reads the
+# same variable (settings.FORWARDED_ALLOW_IPS): the login limiter believes
+# X-Forwarded-For only from these addresses.
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
 max_requests = 2000
 max_requests_jitter = 200

@@ -125,6 +125,17 @@ STORAGES = {
     },
 }
 
+# The proxies whose X-Forwarded-For the console believes (the login limiter
+# counts per client address). The same variable gunicorn reads
+# (deploy/gunicorn.conf.py): comma-separated addresses or networks, "*" for any.
+FORWARDED_ALLOW_IPS = envlist("FORWARDED_ALLOW_IPS", ["127.0.0.1", "::1"])
+# Login limiter: free password checks per account (and per client address)
+# before each further check waits a delay that doubles, up to the maximum.
+LOGIN_FREE_ATTEMPTS = envint("LOGIN_FREE_ATTEMPTS", 5)
+LOGIN_FREE_ATTEMPTS_PER_ADDRESS = envint("LOGIN_FREE_ATTEMPTS_PER_ADDRESS", 20)
+LOGIN_BASE_DELAY_SECONDS = envint("LOGIN_BASE_DELAY_SECONDS", 5)
+LOGIN_MAX_DELAY_SECONDS = envint("LOGIN_MAX_DELAY_SECONDS", 900)
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"

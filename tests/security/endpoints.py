@@ -228,7 +228,7 @@ PAGES = {
     "channel-detail": "channel",
 }
 # Session endpoints with their own rules (tested in test_session / test_login_limit).
-SESSION = {"login", "logout"}
+SESSION = {"login", "logout", "admin-login"}
 # Bearer-token machine API: POST endpoints and GET reads.
 API_POSTS = {"api-events", "api-kept-sandbox-action"}
 API_GETS = {"api-kept-sandboxes", "api-kept-sandbox", "metrics"}
