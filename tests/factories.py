@@ -229,3 +229,32 @@ def rebind_to_new_workspace(lease):
     lease.issue.bound_workspace = fresh
     lease.issue.save(update_fields=["bound_workspace"])
     return fresh
+
+
+class NotificationChannelFactory(DjangoModelFactory):
+    class Meta:
+        model = m.NotificationChannel
+
+    environment = factory.SubFactory(EnvironmentFactory)
+    name = factory.Sequence(lambda n: f"channel-{n}")
+    kind = "webhook"
+    url_env = "TEST_WEBHOOK_URL"
+
+
+class NotificationEventFactory(DjangoModelFactory):
+    class Meta:
+        model = m.NotificationEvent
+
+    type = m.NotificationType.TEST
+    key = factory.Sequence(lambda n: f"test:{n}")
+    environment = factory.SubFactory(EnvironmentFactory)
+
+
+class NotificationDeliveryFactory(DjangoModelFactory):
+    class Meta:
+        model = m.NotificationDelivery
+
+    event = factory.SubFactory(NotificationEventFactory)
+    channel = factory.SubFactory(
+        NotificationChannelFactory, environment=factory.SelfAttribute("..event.environment")
+    )

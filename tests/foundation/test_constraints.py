@@ -21,6 +21,9 @@ FACTORIES = {
     m.Retirement: f.RetirementFactory,
     m.Receipt: f.ReceiptFactory,
     m.ApiToken: f.ApiTokenFactory,
+    m.NotificationChannel: f.NotificationChannelFactory,
+    m.NotificationEvent: f.NotificationEventFactory,
+    m.NotificationDelivery: f.NotificationDeliveryFactory,
 }
 
 
