@@ -50,17 +50,19 @@ WHERE NOT l.superseded AND l.status IN ('released', 'failed', 'retained', 'pendi
     WHERE n.provider = l.provider AND n.provider_lease_id = l.provider_lease_id
       AND n.id <> l.id
       AND (n.acquired_at > l.acquired_at OR (n.acquired_at = l.acquired_at AND n.id > l.id)
-           OR n.acquired_at IS NULL OR l.acquired_at IS NULL))
+           OR (n.acquired_at IS NOT NULL AND l.acquired_at IS NULL)
+           OR (n.acquired_at IS NULL AND l.acquired_at IS NULL AND n.id > l.id)))
   AND (
     (l.status = 'pending_cleanup' AND l.failure_reason = 'resume_failed')
-    OR (r.status IN ('failed','cancelled','timed_out','interrupted') AND (
-          l.status = 'retained'
-          OR (l.disposition = 'keep_running' AND l.status IN ('released','failed')
-              AND NOT EXISTS (SELECT 1 FROM sandboxes_receipt s
-                              WHERE s.lease_id = l.id AND s.run_id = l.heartbeat_run_id
-                                AND s.provider_lease_id = l.provider_lease_id
-                                AND ((s.kind = 'termination' AND s.state = 'stopped')
-                                     OR s.kind = 'stop_and_retain')))))
+    OR (r.status IN ('failed','cancelled','timed_out','interrupted')
+        AND NOT EXISTS (SELECT 1 FROM sandboxes_receipt s
+                        WHERE s.lease_id = l.id AND s.run_id = l.heartbeat_run_id
+                          AND s.provider_lease_id = l.provider_lease_id
+                          AND ((s.kind = 'termination' AND s.state = 'stopped')
+                               OR s.kind = 'stop_and_retain'))
+        AND (l.status = 'retained'
+             OR (l.disposition = 'keep_running'
+                 AND l.status IN ('released','failed','retained'))))
     OR (l.lease_policy = 'reuse_by_environment' AND l.status = 'retained'
         AND i.bound_workspace_id IS NOT NULL
         AND i.bound_workspace_id IS DISTINCT FROM l.execution_workspace_id
@@ -198,13 +200,16 @@ def build_fleet(n: int, seed: int = 4) -> None:
 def clear() -> None:
     from django.db import connection
 
+    # Receipts and audit rows refuse TRUNCATE (append-only) except in replica mode.
     with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
         cursor.execute(
             "TRUNCATE sandboxes_leaseintent, sandboxes_pendingexport, sandboxes_recoveryaction,"
             " sandboxes_retirement, sandboxes_environmentlease, sandboxes_heartbeatrun,"
             " sandboxes_executionworkspace, sandboxes_issue, sandboxes_environment,"
             " sandboxes_reconcilerpass CASCADE"
         )
+        cursor.execute("SET session_replication_role = origin")
 
 
 WRITES = ("INSERT", "UPDATE", "DELETE", "MERGE")
