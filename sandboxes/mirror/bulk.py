@@ -13,15 +13,13 @@ Runs on Django's own connection, inside the caller's transaction.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 from collections.abc import Iterable
 
 from django.db import connection, models
 from django.utils import timezone
 from psycopg import Cursor, sql
 from psycopg.types.json import Jsonb
-
-_stage_names = itertools.count()
 
 
 def _adapt(field: models.Field, value):
@@ -85,14 +83,22 @@ def upsert(
         elif not f.null:
             raise ValueError(f"{model.__name__}.{f.name} has no value and no default")
 
-    stage = f"_mirror_stage_{next(_stage_names)}"
+    # One staging table per (table, columns), kept for the session: creating
+    # and dropping one per page churned the catalog. Emptied before each use.
+    columns_sql = ", ".join(f"{f.column} {_db_type(f)}" for f in fields)
+    digest = hashlib.sha1(f"{meta.db_table}({columns_sql})".encode()).hexdigest()[:16]
+    stage = f"_mirror_stage_{digest}"
     connection.ensure_connection()
     raw = connection.connection  # psycopg's connection: server-side binding below
     with Cursor(raw) as cur:
+        # No parameters: both statements go in one round trip.
         cur.execute(
-            sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(
-                sql.Identifier(stage),
-                sql.SQL(", ").join(
+            sql.SQL(
+                "CREATE TEMP TABLE IF NOT EXISTS {stage} ({cols}) ON COMMIT DELETE ROWS;"
+                " TRUNCATE {stage}"
+            ).format(
+                stage=sql.Identifier(stage),
+                cols=sql.SQL(", ").join(
                     sql.SQL("{} {}").format(sql.Identifier(f.column), sql.SQL(_db_type(f)))
                     for f in fields
                 ),

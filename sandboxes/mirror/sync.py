@@ -215,17 +215,25 @@ class MirrorReport:
 def _ensure_exist(refs: dict[type, set[UUID]]) -> None:
     """Create rows named but not (yet) mirrored as placeholders: one lookup per
     model, and one insert-or-nothing for a model with some missing."""
+    models_named = [model for model, ids in refs.items() if ids]
+    if not models_named:
+        return
     with Cursor(connection.connection) as cur:
-        for model, ids in refs.items():
-            if not ids:
-                continue
-            cur.execute(
-                sql.SQL("SELECT id FROM {} WHERE id = ANY(%s::uuid[])").format(
-                    sql.Identifier(model._meta.db_table)
-                ),
-                [list(ids)],
-            )
-            refs[model] = ids - {row[0] for row in cur.fetchall()}
+        # One round trip for every model's lookup.
+        cur.execute(
+            sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {i}, id FROM {t} WHERE id = ANY(%s::uuid[])").format(
+                    i=sql.Literal(i), t=sql.Identifier(model._meta.db_table)
+                )
+                for i, model in enumerate(models_named)
+            ),
+            [list(refs[model]) for model in models_named],
+        )
+        found: dict[int, set] = {}
+        for i, pk in cur.fetchall():
+            found.setdefault(i, set()).add(pk)
+    for i, model in enumerate(models_named):
+        refs[model] = refs[model] - found.get(i, set())
     for model, ids in refs.items():
         if not ids:
             continue

@@ -51,4 +51,4 @@ def test_a_page_costs_the_same_number_of_statements_at_any_size(paperclip, monke
     small = statements_to_mirror(paperclip, 3, monkeypatch)
     large = statements_to_mirror(paperclip, 40, monkeypatch)
     assert small == large, (small, large)
-    assert large <= 60  # 7 tables, one page each (52 today)
+    assert large <= 60  # 7 tables, one page each
