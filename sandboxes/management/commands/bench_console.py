@@ -8,6 +8,7 @@ so the configured database is never touched:
         .venv/bin/python manage.py bench_console
 """
 
+import os
 import statistics
 import time
 import uuid
@@ -16,7 +17,11 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand
 from django.db import connection
 from django.test import Client
-from django.test.utils import setup_test_environment, teardown_test_environment
+from django.test.utils import (
+    CaptureQueriesContext,
+    setup_test_environment,
+    teardown_test_environment,
+)
 from django.utils import timezone
 
 from sandboxes import models as m
@@ -77,6 +82,12 @@ def _load(leases: int, retirements: int, stdout) -> m.Retirement:
         batch_size=BATCH,
     )
     stdout.write(f"  {len(ret_rows)} retirements")
+    return _decorate(ret_rows, now)
+
+
+def _decorate(ret_rows: list, now) -> m.Retirement:
+    """Receipts and audit rows for every record, and 500 passes; returns a record
+    awaiting approval (the detail page's sample)."""
     m.Receipt.objects.bulk_create(
         [
             m.Receipt(
@@ -113,7 +124,7 @@ def _load(leases: int, retirements: int, stdout) -> m.Retirement:
             m.ReconcilerPass(
                 started_at=now - timedelta(minutes=5 * i),
                 finished_at=now - timedelta(minutes=5 * i) + timedelta(seconds=4),
-                candidates=max(retirements - i, 0),
+                candidates=max(len(ret_rows) - i, 0),
                 retired=i % 5,
             )
             for i in range(500)
@@ -125,14 +136,36 @@ def _load(leases: int, retirements: int, stdout) -> m.Retirement:
     return next(r for r in ret_rows if r.stage == Stage.AWAITING_APPROVAL)
 
 
-def _median_ms(client: Client, url: str, runs: int, **headers) -> tuple[float, int]:
-    status = client.get(url, **headers).status_code  # warm caches
+def _load_fleet(leases: int, stdout) -> m.Retirement:
+    """A year of history (sandboxes.bench_fleet: ~95 % expired, one kept sandbox
+    per 200 rows), listed by the reconciler, with records in every stage."""
+    from sandboxes.bench_fleet import build_fleet
+    from sandboxes.reconciler.listing import sync_retirements
+
+    now = timezone.now()
+    stats = build_fleet(leases=leases, kept=max(leases // 200, 10))
+    stdout.write(f"  {stats.leases} leases ({stats.expired} expired), {stats.kept_sandboxes} kept")
+    sync_retirements(now=now)
+    stages = [Stage.LISTED, Stage.HELD, Stage.AWAITING_APPROVAL, Stage.FAILED, Stage.COMPARING]
+    ids = list(m.Retirement.objects.order_by("pk").values_list("pk", flat=True))
+    for k, stage in enumerate(stages):
+        m.Retirement.objects.filter(pk__in=ids[k :: len(stages) * 2]).update(stage=stage)
+    m.Retirement.objects.filter(pk__in=ids[::50]).update(needs_attention=True)
+    ret_rows = list(m.Retirement.objects.select_related("lease"))
+    stdout.write(f"  {len(ret_rows)} retirements")
+    return _decorate(ret_rows, now)
+
+
+def _median_ms(client: Client, url: str, runs: int, **headers) -> tuple[float, int, int]:
+    with CaptureQueriesContext(connection) as ctx:
+        status = client.get(url, **headers).status_code  # warm caches
+    queries = len(ctx.captured_queries)
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
         status = client.get(url, **headers).status_code
         samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples), status
+    return statistics.median(samples), status, queries
 
 
 class Command(BaseCommand):
@@ -142,8 +175,15 @@ class Command(BaseCommand):
         parser.add_argument("--leases", type=int, default=100_000)
         parser.add_argument("--retirements", type=int, default=10_000)
         parser.add_argument("--runs", type=int, default=15)
+        parser.add_argument(
+            "--fleet",
+            type=int,
+            default=0,
+            help="Instead: a year of history with this many lease rows, COPY-loaded "
+            "(~95 %% expired, one kept sandbox per 200 rows), listed by the reconciler.",
+        )
 
-    def handle(self, *args, leases, retirements, runs, **options):
+    def handle(self, *args, leases, retirements, runs, fleet, **options):
         from django.contrib.auth import get_user_model
 
         from sandboxes.roles import ADMINS
@@ -157,7 +197,10 @@ class Command(BaseCommand):
         try:
             self.stdout.write(f"Loading into {connection.settings_dict['NAME']} …")
             started = time.perf_counter()
-            sample = _load(leases, retirements, self.stdout)
+            if fleet:
+                sample = _load_fleet(fleet, self.stdout)
+            else:
+                sample = _load(leases, retirements, self.stdout)
             self.stdout.write(f"  loaded in {time.perf_counter() - started:.1f} s")
             user = get_user_model().objects.create_superuser("bench", password="x")
             from django.contrib.auth.models import Group
@@ -183,10 +226,11 @@ class Command(BaseCommand):
             self.stdout.write(f"\nmedian of {runs} requests (in-process, ms):")
             baseline = None
             for label, url, headers in pages:
-                ms, status = _median_ms(client, url, runs, **headers)
+                ms, status, queries = _median_ms(client, url, runs, **headers)
                 baseline = baseline or ms
                 self.stdout.write(
-                    f"  {label:<40} {ms:8.1f} ms  ({ms / baseline:4.2f}× changelist)  [{status}]"
+                    f"  {label:<40} {ms:8.1f} ms  ({ms / baseline:4.2f}× changelist)  "
+                    f"{queries:3} queries  [{status}]  (load {os.getloadavg()[0]:.1f})"
                 )
         finally:
             connection.creation.destroy_test_db(old_name, verbosity=0)
