@@ -88,6 +88,9 @@ def upsert(
     columns_sql = ", ".join(f"{f.column} {_db_type(f)}" for f in fields)
     digest = hashlib.sha1(f"{meta.db_table}({columns_sql})".encode()).hexdigest()[:16]
     stage = f"_mirror_stage_{digest}"
+    if not connection.in_atomic_block:
+        # The staging table empties at every commit: COPY and INSERT must share one.
+        raise RuntimeError("bulk.upsert runs inside transaction.atomic()")
     connection.ensure_connection()
     raw = connection.connection  # psycopg's connection: server-side binding below
     with Cursor(raw) as cur:

@@ -40,3 +40,12 @@ def test_the_api_link_for_it_round_trips(client, operator_token, ssh_record):
         f"/api/v1/kept-sandboxes/{quote(SSH_ID, safe='')}", HTTP_AUTHORIZATION=f"Bearer {raw}"
     )
     assert response.json()["sandbox_id"] == SSH_ID
+
+
+@pytest.mark.parametrize("encode", [True, False], ids=["percent-encoded", "raw-slashes"])
+def test_the_page_for_a_pasted_id_opens_it(as_operator, ssh_record, encode):
+    path = quote(SSH_ID, safe="") if encode else SSH_ID
+    response = as_operator.get(f"/sandboxes/{path}/", follow=True)
+    assert response.status_code == 200
+    assert SSH_ID in response.content.decode()
+    assert reverse("sandbox-by-id", kwargs={"sandbox_id": SSH_ID}).startswith("/sandboxes/ssh:")

@@ -52,3 +52,11 @@ def test_a_page_costs_the_same_number_of_statements_at_any_size(paperclip, monke
     large = statements_to_mirror(paperclip, 40, monkeypatch)
     assert small == large, (small, large)
     assert large <= 60  # 7 tables, one page each
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_bulk_writer_refuses_to_run_outside_a_transaction():
+    from sandboxes import models as m
+
+    with pytest.raises(RuntimeError, match="atomic"):
+        bulk.upsert(m.Issue, [{"id": "00000000-0000-4000-8000-000000000001"}], update=None)
