@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from sandboxes import actions
+from sandboxes.costs import daily_cost, daily_cost_expression
 from sandboxes.forms import AttestForm, KeptFilterForm, ReasonForm
 from sandboxes.models import (
     Attachment,
@@ -111,13 +112,14 @@ def sandbox_list(request):
         Retirement.objects.select_related("environment", "lease__issue", "lease__heartbeat_run"),
         data,
     )
+    total = counted(qs)
+    qs = qs.annotate(daily=daily_cost_expression())
     page = keyset_page(
         qs,
         order=data.get("sort") or "-updated_at",
         cursor=request.GET.get("after"),
         size=PAGE_SIZE,
     )
-    total = counted(qs)
     widen = ""
     if not page.items and (data.get("stage") or "") != "all":
         # An empty search inside the default "open stages": the sandbox may be closed.
@@ -199,6 +201,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
     history.sort(key=lambda item: item["at"])
     return {
         "r": r,
+        "daily_cost": daily_cost(r) if is_open else None,
         "fp": detail_fingerprint(r),
         "live_trigger": LIVE_TRIGGER,
         "history": history,

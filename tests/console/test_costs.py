@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.db.models import Q
+from django.utils import timezone
 
 from sandboxes.costs import daily_cost, daily_cost_expression, fleet_costs, money
 from sandboxes.models import Retirement
@@ -115,3 +116,25 @@ def test_each_pass_reads_sizes_only_where_a_price_table_exists():
     assert refresh_sizes(worker) == 0
     unpriced.refresh_from_db()
     assert unpriced.reported_at is None
+
+
+def test_each_kept_sandbox_shows_its_cost_per_day_on_the_list_and_its_page(as_reviewer):
+    from django.urls import reverse
+
+    env = EnvironmentFactory(**PRICES)
+    r = RetirementFactory(
+        lease__environment=env,
+        provider_state="stopped",
+        reported_disk_gib=365,
+        reported_at=timezone.now(),
+        provider_lease_id="sbx-priced",
+    )
+    RetirementFactory(provider_lease_id="sbx-unpriced")
+    listing = as_reviewer.get(reverse("sandbox-list")).content.decode()
+    row = listing.split('data-sandbox="sbx-priced"', 1)[1].split("</tr>", 1)[0]
+    assert '<td data-label="Cost/day" class="num">$0.88</td>' in row  # 365 × 0.073 × 12 / 365
+    row = listing.split('data-sandbox="sbx-unpriced"', 1)[1].split("</tr>", 1)[0]
+    assert '<td data-label="Cost/day" class="num">unknown</td>' in row
+    page = as_reviewer.get(reverse("sandbox-detail", kwargs={"pk": r.pk})).content.decode()
+    assert "<dd data-cost>$0.88" in page
+    assert "? vCPU · ? GiB memory · 365.0 GiB disk" in page
