@@ -24,7 +24,7 @@ from sandboxes.models.choices import (
     Stage,
     TokenScope,
 )
-from sandboxes.proof import has_approval, proof_for
+from sandboxes.proof import fingerprint_of, has_approval, proof_for
 from sandboxes.reconciler.holds import HOLD_EXPLANATIONS, blocking_holds
 
 MAX_BULK_APPROVE = 50
@@ -146,12 +146,19 @@ def approve(retirement_id, *, actor, reason: str) -> Retirement:
             f"Cannot approve: there is no proof that this sandbox holds no unsaved work "
             f"({proof.reason})."
         )
-    if has_approval(r):
+    if has_approval(r, proof):
         raise ActionRefused("Already approved; the reconciler retires it on its next pass.")
     now = timezone.now()
     before = snapshot(r)
     label = actor_label(actor)
-    receipt = _receipt(r, ReceiptKind.APPROVAL, {"user": label, "reason": reason}, label, now)
+    # Bound to the proof it approves: a new compare or a resumed lease needs a new approval.
+    payload = {
+        "user": label,
+        "reason": reason,
+        "proof_receipt_id": str(proof.receipt.pk),
+        "fingerprint": proof.fingerprint,
+    }
+    receipt = _receipt(r, ReceiptKind.APPROVAL, payload, label, now)
     r.next_attempt_at = now
     _save(r, "next_attempt_at")
     audit.record(
@@ -282,7 +289,13 @@ def attest(retirement_id, *, actor, typed_sandbox_id: str, reason: str) -> Retir
     receipt = _receipt(
         r,
         ReceiptKind.OPERATOR_ATTESTED,
-        {"typed_sandbox_id": typed, "reason": reason, "user": label},
+        # Bound to what the sandbox is now: a resumed lease voids the attestation.
+        {
+            "typed_sandbox_id": typed,
+            "reason": reason,
+            "user": label,
+            "fingerprint": fingerprint_of(r),
+        },
         label,
         now,
     )

@@ -22,6 +22,7 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "retirement.failed": "a step failed",
         "retirement.needs_attention": "failed 5 times: needs attention",
         "retirement.dismissed": "closed: no longer a candidate",
+        "retirement.proof_void": "proof void: back to compare",
         "retirement.stopped": "stopped a sandbox (stop-only step)",
         "retirement.corrected": "stopped and retained after an unsuccessful run",
     },

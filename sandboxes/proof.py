@@ -6,18 +6,32 @@ Proof is one of, for this retirement and exactly this sandbox:
 - a `salvage_export` receipt, fully verified, for that latest compare;
 - an `operator_attested` receipt on which an admin typed this sandbox's id.
 
+Proof is bound to what it saw. Each compare, export, attestation and approval
+receipt records a **fingerprint**: the lease id, the lease's run id, the newest
+receipt Paperclip reported for the sandbox (the console's own stops do not
+count), and the workspace's `saved_at`. The gate recomputes it under the row
+lock; a receipt whose fingerprint differs proves nothing ("proof void: the
+lease was resumed after the compare"), and an approval counts only for the
+proof receipt, and the fingerprint, it approved.
+
 Receipt payload conventions (written by the reconciler and the console):
 - salvage_compare: {"clean": bool, "added": [...], "changed": [...], "deleted": [...],
-  "counts": {...}, "bytes": int, "listing_digest": str}
-- salvage_export: {"verified": bool, "compare_receipt_id": str, "files": [...], "deleted": [...]}
-- operator_attested: {"typed_sandbox_id": str, "reason": str, "user": str}
-- approval: {"user": str, "reason": str}
+  "counts": {...}, "bytes": int, "listing_digest": str, "fingerprint": {...}}
+  or, when the compare could not see the workspace, {"clean": false,
+  "root_not_found": true, "error": "workspace root not found", "detail": str, ...}
+- salvage_export: {"verified": bool, "compare_receipt_id": str, "files": [...], "deleted": [...],
+  "fingerprint": {...}}
+- operator_attested: {"typed_sandbox_id": str, "reason": str, "user": str, "fingerprint": {...}}
+- approval: {"user": str, "reason": str, "proof_receipt_id": str, "fingerprint": {...}}
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sandboxes.models import Receipt, Retirement
-from sandboxes.models.choices import ReceiptKind
+from sandboxes.models import EnvironmentLease, Receipt, Retirement
+from sandboxes.models.choices import PROVIDER_RECEIPT_KINDS, ReceiptKind
 
 PROOF_KINDS = (
     ReceiptKind.SALVAGE_COMPARE,
@@ -25,19 +39,127 @@ PROOF_KINDS = (
     ReceiptKind.OPERATOR_ATTESTED,
 )
 
+# The actor of every receipt Paperclip reported (ingest and the mirror write it);
+# the console's own receipts carry "system" or the operator's name.
+PAPERCLIP = "paperclip"
+
+# What a fingerprint holds, in the order a change is explained, with the plain
+# words that say what moved ("proof void: <words> after the <what>").
+FINGERPRINT_FIELDS = (
+    ("lease_id", "the record names another lease"),
+    ("run_id", "the lease was resumed"),
+    ("paperclip_receipt_id", "Paperclip reported a newer stop receipt"),
+    ("workspace_id", "the lease moved to another workspace"),
+    ("saved_at", "the workspace was saved again"),
+)
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _fingerprint(retirement: Retirement, lease, newest) -> dict:
+    """`lease` with its workspace loaded; `newest`: (confirmed_at, pk) of the newest
+    Paperclip-reported receipt naming the sandbox, or None."""
+    workspace = lease.execution_workspace if lease is not None else None
+    return {
+        "lease_id": str(retirement.lease_id),
+        "run_id": str(lease.heartbeat_run_id) if lease and lease.heartbeat_run_id else None,
+        "paperclip_receipt_id": str(newest[1]) if newest else None,
+        "paperclip_receipt_at": _iso(newest[0]) if newest else None,
+        "workspace_id": str(workspace.pk) if workspace is not None else None,
+        "saved_at": _iso(workspace.saved_at) if workspace is not None else None,
+    }
+
+
+def _reported_by_paperclip(receipt: Receipt) -> bool:
+    return receipt.actor == PAPERCLIP and receipt.kind in PROVIDER_RECEIPT_KINDS
+
+
+def fingerprint_from(retirement: Retirement, lease, sandbox_receipts: Iterable[Receipt]) -> dict:
+    """The fingerprint from rows a page already loaded: the record's lease (its
+    workspace selected with it) and every receipt naming the record's sandbox."""
+    newest = max(
+        (
+            ((r.confirmed_at, r.created_at, str(r.pk)), r.pk)
+            for r in sandbox_receipts
+            if _reported_by_paperclip(r) and r.provider_lease_id == retirement.provider_lease_id
+        ),
+        default=None,
+    )
+    return _fingerprint(retirement, lease, (newest[0][0], newest[1]) if newest else None)
+
+
+def fingerprints_of(retirements: Iterable[Retirement]) -> dict:
+    """{retirement pk: fingerprint} of what each record's sandbox is now, in two
+    queries whatever the number of records."""
+    retirements = list(retirements)
+    if not retirements:
+        return {}
+    leases = {
+        lease.pk: lease
+        for lease in EnvironmentLease.objects.filter(
+            pk__in={r.lease_id for r in retirements}
+        ).select_related("execution_workspace")
+    }
+    newest: dict[tuple[str, str], tuple] = {}
+    rows = Receipt.objects.filter(
+        provider_lease_id__in={r.provider_lease_id for r in retirements},
+        actor=PAPERCLIP,
+        kind__in=PROVIDER_RECEIPT_KINDS,
+    ).values_list("lease__provider", "provider_lease_id", "confirmed_at", "created_at", "pk")
+    for provider, sandbox_id, confirmed_at, created_at, pk in rows:
+        key = (provider, sandbox_id)
+        order = (confirmed_at, created_at, str(pk))
+        if key not in newest or order > newest[key][0]:
+            newest[key] = (order, pk)
+    result = {}
+    for r in retirements:
+        found = newest.get((r.provider, r.provider_lease_id))
+        result[r.pk] = _fingerprint(
+            r, leases.get(r.lease_id), (found[0][0], found[1]) if found else None
+        )
+    return result
+
+
+def fingerprint_of(retirement: Retirement) -> dict:
+    """What the record's sandbox is now (call under the row lock at destroy time)."""
+    return fingerprints_of([retirement])[retirement.pk]
+
+
+def void_reason(recorded, current: dict, what: str) -> str:
+    """ "" when `recorded` still matches `current`, else why the proof is void."""
+    if not isinstance(recorded, dict):
+        return f"proof void: the {what} recorded no fingerprint of what it saw"
+    for name, moved in FINGERPRINT_FIELDS:
+        if recorded.get(name) != current.get(name):
+            return f"proof void: {moved} after the {what}"
+    return ""
+
 
 @dataclass(frozen=True)
 class Proof:
     ok: bool
     reason: str
     receipt: Receipt | None = None
+    # The fingerprint the proof was checked against (None: not checked, display only).
+    fingerprint: dict | None = None
+    # Set when a receipt would have been proof but what it saw has moved on.
+    void: str = ""
+    void_receipt: Receipt | None = None
 
     def __bool__(self) -> bool:
         return self.ok
 
 
-def proof_from_receipts(retirement: Retirement, receipts: list[Receipt]) -> Proof:
-    """Pure decision over already-loaded receipts (any order)."""
+def proof_from_receipts(
+    retirement: Retirement, receipts: list[Receipt], fingerprint: dict | None = None
+) -> Proof:
+    """Pure decision over already-loaded receipts (any order).
+
+    `fingerprint` is what the sandbox is now (`fingerprint_of`); every destroy,
+    approval and plan passes it. Without it the proof is not bound (pages that
+    only describe a record, the chaos invariants' replay)."""
     mine = [
         r
         for r in receipts
@@ -45,47 +167,96 @@ def proof_from_receipts(retirement: Retirement, receipts: list[Receipt]) -> Proo
         and r.provider_lease_id == retirement.provider_lease_id
         and r.lease_id == retirement.lease_id
     ]
-    for r in mine:
-        if (
-            r.kind == ReceiptKind.OPERATOR_ATTESTED
+    voided: list[tuple[str, Receipt]] = []
+
+    def bound(receipt: Receipt, what: str) -> bool:
+        if fingerprint is None:
+            return True
+        why = void_reason(receipt.payload.get("fingerprint"), fingerprint, what)
+        if why:
+            voided.append((why, receipt))
+        return not why
+
+    def no(reason: str) -> Proof:
+        why, receipt = voided[-1] if voided else ("", None)
+        return Proof(False, why or reason, fingerprint=fingerprint, void=why, void_receipt=receipt)
+
+    def yes(reason: str, receipt: Receipt) -> Proof:
+        return Proof(True, reason, receipt, fingerprint=fingerprint)
+
+    attested = sorted(
+        (
+            r
+            for r in mine
+            if r.kind == ReceiptKind.OPERATOR_ATTESTED
             and r.payload.get("typed_sandbox_id") == retirement.provider_lease_id
             and (r.payload.get("reason") or "").strip()
-        ):
-            return Proof(True, "an admin attested that unsaved work may be discarded", r)
-
-    compares = sorted(
-        (r for r in mine if r.kind == ReceiptKind.SALVAGE_COMPARE),
-        key=lambda r: (r.confirmed_at, r.created_at or r.confirmed_at),
+        ),
+        key=_order,
+        reverse=True,
     )
+    for r in attested:
+        if bound(r, "attestation"):
+            return yes("an admin attested that unsaved work may be discarded", r)
+
+    compares = sorted((r for r in mine if r.kind == ReceiptKind.SALVAGE_COMPARE), key=_order)
     if not compares:
-        return Proof(False, "no salvage compare has been recorded yet")
+        return no("no salvage compare has been recorded yet")
+    # Only the LATEST compare counts: a dirty compare after a clean one voids it.
     latest = compares[-1]
     if latest.payload.get("root_not_found"):
-        return Proof(False, "workspace root not found: the latest compare could not see the files")
+        return no("workspace root not found: the latest compare could not see the files")
+    if not bound(latest, "compare"):
+        return no("the latest compare no longer matches the sandbox")
+    # Only an explicit `clean: true` counts as clean.
     if latest.payload.get("clean") is True:
-        return Proof(True, "the latest compare found nothing unsaved", latest)
-    for r in mine:
+        return yes("the latest compare found nothing unsaved", latest)
+    for r in sorted(mine, key=_order, reverse=True):
         if (
             r.kind == ReceiptKind.SALVAGE_EXPORT
             and r.payload.get("verified") is True
             and r.payload.get("compare_receipt_id") == str(latest.pk)
+            and bound(r, "export")
         ):
-            return Proof(True, "every unsaved file was exported and verified", r)
-    return Proof(False, "unsaved files found and no verified export of them yet")
+            return yes("every unsaved file was exported and verified", r)
+    return no("unsaved files found and no verified export of them yet")
+
+
+def _order(r: Receipt):
+    return (r.confirmed_at, r.created_at or r.confirmed_at)
 
 
 def proof_for(retirement: Retirement) -> Proof:
+    """The record's proof, bound to what its sandbox is now."""
     receipts = list(
         Receipt.objects.filter(retirement=retirement, kind__in=PROOF_KINDS).order_by(
             "confirmed_at", "created_at"
         )
     )
-    return proof_from_receipts(retirement, receipts)
+    return proof_from_receipts(retirement, receipts, fingerprint_of(retirement))
 
 
-def has_approval(retirement: Retirement, receipts: list[Receipt] | None = None) -> bool:
+def approval_for(proof: Proof, approval: Receipt) -> bool:
+    """An approval counts only for the proof receipt it approved, seen as it is now."""
+    if not proof or proof.receipt is None:
+        return False
+    if approval.payload.get("proof_receipt_id") != str(proof.receipt.pk):
+        return False
+    if proof.fingerprint is None:
+        return True
+    return not void_reason(approval.payload.get("fingerprint"), proof.fingerprint, "approval")
+
+
+def has_approval(
+    retirement: Retirement, proof: Proof, receipts: list[Receipt] | None = None
+) -> bool:
+    """Whether an approval was given for exactly this proof (DOMAIN §2.3: an
+    approval is bound to the proof it approved)."""
     if receipts is None:
-        return Receipt.objects.filter(retirement=retirement, kind=ReceiptKind.APPROVAL).exists()
+        receipts = list(Receipt.objects.filter(retirement=retirement, kind=ReceiptKind.APPROVAL))
     return any(
-        r.kind == ReceiptKind.APPROVAL and r.retirement_id == retirement.pk for r in receipts
+        r.kind == ReceiptKind.APPROVAL
+        and r.retirement_id == retirement.pk
+        and approval_for(proof, r)
+        for r in receipts
     )

@@ -125,6 +125,32 @@ class ReceiptFactory(DjangoModelFactory):
     payload = factory.LazyFunction(dict)
     actor = "paperclip"
 
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        """A proof or approval receipt is bound to what its record's sandbox is at
+        the moment it is written, as the console writes it (DOMAIN §2.3); pass
+        `payload={"fingerprint": ...}` to write another one (None: no fingerprint)."""
+        retirement, kind = kwargs.get("retirement"), kwargs.get("kind")
+        payload = dict(kwargs.get("payload") or {})
+        if retirement is not None and kind in BOUND_KINDS and "fingerprint" not in payload:
+            from sandboxes.proof import fingerprint_of, proof_for
+
+            payload["fingerprint"] = fingerprint_of(retirement)
+            if kind == m.ReceiptKind.APPROVAL and "proof_receipt_id" not in payload:
+                proof = proof_for(retirement)
+                if proof.receipt is not None:
+                    payload["proof_receipt_id"] = str(proof.receipt.pk)
+        kwargs["payload"] = payload
+        return super()._create(model_class, *args, **kwargs)
+
+
+BOUND_KINDS = (
+    m.ReceiptKind.SALVAGE_COMPARE,
+    m.ReceiptKind.SALVAGE_EXPORT,
+    m.ReceiptKind.OPERATOR_ATTESTED,
+    m.ReceiptKind.APPROVAL,
+)
+
 
 class LeaseIntentFactory(DjangoModelFactory):
     class Meta:

@@ -31,6 +31,7 @@ from django.utils import timezone
 from sandboxes import audit
 from sandboxes.models import (
     Attachment,
+    AuditEvent,
     Environment,
     EnvironmentLease,
     Receipt,
@@ -47,7 +48,14 @@ from sandboxes.models.choices import (
     Stage,
     TerminationState,
 )
-from sandboxes.proof import PROOF_KINDS, has_approval, proof_from_receipts
+from sandboxes.proof import (
+    PROOF_KINDS,
+    Proof,
+    fingerprint_of,
+    has_approval,
+    proof_from_receipts,
+    void_reason,
+)
 from sandboxes.providers.base import (
     Confirmation,
     ProviderError,
@@ -99,6 +107,15 @@ class ClaimLost(Exception):
 
 class DestroyRefused(Exception):
     """The proof rule (or a hold, the mode, or approval) forbids this destroy."""
+
+
+class ProofVoid(DestroyRefused):
+    """The proof no longer matches what the sandbox is now (the lease was resumed,
+    a newer stop, a newer save): the record goes back to compare."""
+
+    def __init__(self, proof: Proof):
+        super().__init__(proof.void)
+        self.proof = proof
 
 
 def backoff(attempts: int) -> timedelta:
@@ -248,6 +265,9 @@ class Plan:
     deleted: list = field(default_factory=list)
     compare_receipt_id: str = ""
     provider: str = ""  # the record's (the lease's) provider; "": the environment's
+    # What the sandbox was when the step was planned (under the row lock); the
+    # step's receipt records it, and the destroy gate compares it with the present.
+    fingerprint: dict = field(default_factory=dict)
 
 
 def workspace_root(lease: EnvironmentLease, environment: Environment) -> str:
@@ -292,6 +312,31 @@ def _close(r: Retirement, stage: str, reason: str, now) -> None:
         reason=reason,
         before=before,
         after={"stage": stage, "kind": r.kind},
+    )
+
+
+def _record_void(r: Retirement, proof: Proof) -> None:
+    """Say once, in plain words, that a receipt stopped being proof and the record
+    goes back to compare (DOMAIN §2.3). Call under the row lock."""
+    receipt = proof.void_receipt
+    if receipt is None:
+        return
+    if AuditEvent.objects.filter(
+        action="retirement.proof_void", object_id=str(r.pk), after__receipt=str(receipt.pk)
+    ).exists():
+        return
+    audit.record(
+        actor=None,
+        action="retirement.proof_void",
+        obj=r,
+        reason=proof.void,
+        before={"stage": r.stage, "fingerprint": receipt.payload.get("fingerprint")},
+        after={
+            "stage": Stage.COMPARING,
+            "receipt": str(receipt.pk),
+            "receipt_kind": receipt.kind,
+            "fingerprint": proof.fingerprint,
+        },
     )
 
 
@@ -361,9 +406,12 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             return Plan("stop_only", **base)
 
         receipts = _record_receipts(r)
-        proof = proof_from_receipts(r, receipts)
+        fingerprint = fingerprint_of(r)
+        proof = proof_from_receipts(r, receipts, fingerprint)
         if proof:
-            if env.retirement_mode == RetirementMode.MANUAL and not has_approval(r, receipts):
+            if env.retirement_mode == RetirementMode.MANUAL and not has_approval(
+                r, proof, receipts
+            ):
                 if started:
                     r.save()
                     return Plan("stop_before_wait", **base)
@@ -379,6 +427,10 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             # The cap is reached: start nothing this pass that could not be retired.
             return _wait_for_cap(r, started, base, now)
 
+        if proof.void:
+            # What the proof saw has moved on: compare again (below), and say so.
+            _record_void(r, proof)
+        base["fingerprint"] = fingerprint
         lease = r.lease
         root = workspace_root(lease, env)
         latest = _latest_compare(receipts)
@@ -393,6 +445,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             and latest.payload.get("clean") is False
             and not latest.payload.get("root_not_found")
             and not stale
+            and not void_reason(latest.payload.get("fingerprint"), fingerprint, "compare")
         )
         if exportable:
             r.stage = Stage.EXPORTING
@@ -630,7 +683,8 @@ def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
                 r,
                 ReceiptKind.SALVAGE_COMPARE,
                 request_id=uuid.uuid4().hex,
-                payload=salvage.blind_payload(plan.root, blind, digests, plan.manifest),
+                payload=salvage.blind_payload(plan.root, blind, digests, plan.manifest)
+                | {"fingerprint": plan.fingerprint},
             )
         raise salvage.WorkspaceRootNotFound(f"{salvage.ROOT_NOT_FOUND}: {blind}")
     diff = salvage.diff_against_manifest(digests, plan.manifest)
@@ -640,7 +694,7 @@ def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
             r,
             ReceiptKind.SALVAGE_COMPARE,
             request_id=uuid.uuid4().hex,
-            payload=diff.as_payload(plan.root),
+            payload=diff.as_payload(plan.root) | {"fingerprint": plan.fingerprint},
         )
         r.size_bytes = diff.total_bytes
         _succeeded(r)
@@ -669,6 +723,7 @@ def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
                     "stale": True,
                     "compare_receipt_id": plan.compare_receipt_id,
                     "error": str(exc),
+                    "fingerprint": plan.fingerprint,
                 },
             )
             r.stage = Stage.COMPARING
@@ -708,6 +763,7 @@ def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
                 "files": files,
                 "deleted": plan.deleted,
                 "bytes": sum(f["size"] for f in files),
+                "fingerprint": plan.fingerprint,
             },
         )
         _succeeded(r)
@@ -732,10 +788,13 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
     if env.retirement_mode == RetirementMode.OBSERVE:
         raise DestroyRefused("the environment is in observe mode")
     receipts = _record_receipts(r)
-    proof = proof_from_receipts(r, receipts)
+    # Proof is bound to what it saw: recomputed here, under the lock (DOMAIN §2.3).
+    proof = proof_from_receipts(r, receipts, fingerprint_of(r))
     if not proof:
+        if proof.void:
+            raise ProofVoid(proof)
         raise DestroyRefused(f"no proof: {proof.reason}")
-    if env.retirement_mode == RetirementMode.MANUAL and not has_approval(r, receipts):
+    if env.retirement_mode == RetirementMode.MANUAL and not has_approval(r, proof, receipts):
         raise DestroyRefused("manual mode: no operator approval recorded")
     return proof.reason
 
@@ -763,7 +822,16 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
     now = timezone.now()
     with fenced(plan.retirement_id, attempt_id) as r:
         cand = judge_lease_locked(r.lease_id)
-        proof_reason = authorize_destroy(r, cand, now)
+        try:
+            proof_reason = authorize_destroy(r, cand, now)
+        except ProofVoid as void:
+            # Nothing is destroyed: the record goes back to compare, and says why.
+            _record_void(r, void.proof)
+            r.stage = Stage.COMPARING
+            r.next_attempt_at = now
+            r.save()
+            log.warning("proof void for sandbox %s: %s", plan.sandbox_id, void)
+            return
         # Extend the claim so the destroy and its receipt happen inside it.
         r.claimed_until = now + timedelta(seconds=CLAIM_SECONDS)
         r.stage = Stage.RETIRING

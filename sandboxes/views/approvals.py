@@ -11,7 +11,7 @@ from sandboxes import actions
 from sandboxes.forms import BulkApproveForm
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import ReceiptKind, Stage
-from sandboxes.proof import PROOF_KINDS, has_approval, proof_from_receipts
+from sandboxes.proof import PROOF_KINDS, fingerprints_of, has_approval, proof_from_receipts
 from sandboxes.views.common import console_view, keyset_page, permission
 
 PAGE_SIZE = actions.MAX_BULK_APPROVE
@@ -32,16 +32,12 @@ def queue_context(request, *, results=None, error="", form=None) -> dict:
         kind__in=[*PROOF_KINDS, ReceiptKind.APPROVAL],
     ):
         by_retirement[receipt.retirement_id].append(receipt)
+    fingerprints = fingerprints_of(page.items)
     rows = []
     for r in page.items:
         receipts = by_retirement[r.pk]
-        rows.append(
-            {
-                "r": r,
-                "proof": proof_from_receipts(r, receipts),
-                "approved": has_approval(r, receipts),
-            }
-        )
+        proof = proof_from_receipts(r, receipts, fingerprints[r.pk])
+        rows.append({"r": r, "proof": proof, "approved": has_approval(r, proof, receipts)})
     return {
         "rows": rows,
         "page": page,

@@ -25,7 +25,13 @@ from sandboxes.models import (
     Retirement,
 )
 from sandboxes.models.choices import STAGES_CLOSED, ReceiptKind, Stage
-from sandboxes.proof import has_approval, proof_from_receipts
+from sandboxes.proof import (
+    PROOF_KINDS,
+    fingerprint_from,
+    has_approval,
+    proof_from_receipts,
+    void_reason,
+)
 from sandboxes.reconciler.holds import blocking_holds
 from sandboxes.views.common import (
     LIVE_TRIGGER,
@@ -147,9 +153,33 @@ def sandbox_list(request):
 # --- detail -----------------------------------------------------------------------------
 
 
-def _receipt_view(receipt: Receipt, attachments: dict) -> dict:
+_BOUND_KINDS = {
+    ReceiptKind.SALVAGE_COMPARE: "compare",
+    ReceiptKind.SALVAGE_EXPORT: "export",
+    ReceiptKind.OPERATOR_ATTESTED: "attestation",
+    ReceiptKind.APPROVAL: "approval",
+}
+
+
+def _void(receipt: Receipt, r: Retirement, fingerprint: dict) -> str:
+    """Why this record's proof receipt no longer proves anything, or ""."""
+    what = _BOUND_KINDS.get(receipt.kind)
+    if what is None or receipt.retirement_id != r.pk or receipt.payload.get("root_not_found"):
+        return ""
+    if receipt.kind in PROOF_KINDS and receipt.payload.get("stale"):
+        return ""
+    return void_reason((receipt.payload or {}).get("fingerprint"), fingerprint, what)
+
+
+def _receipt_view(receipt: Receipt, attachments: dict, r: Retirement, fingerprint: dict) -> dict:
     payload = receipt.payload or {}
-    view = {"r": receipt, "payload": payload, "diff": None, "files": None}
+    view = {
+        "r": receipt,
+        "payload": payload,
+        "diff": None,
+        "files": None,
+        "void": _void(receipt, r, fingerprint),
+    }
     if receipt.kind == ReceiptKind.SALVAGE_COMPARE:
         rows = []
         for change in ("added", "changed", "deleted"):
@@ -174,13 +204,16 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         .select_related("retirement")
         .order_by("confirmed_at", "created_at")
     )
-    proof = proof_from_receipts(r, receipts)
-    approved = has_approval(r, receipts)
     leases = list(
         EnvironmentLease.objects.filter(provider=r.provider, provider_lease_id=r.provider_lease_id)
-        .select_related("heartbeat_run", "issue", "environment")
+        .select_related("heartbeat_run", "issue", "environment", "execution_workspace")
         .order_by("acquired_at", "created_at")
     )
+    # Proof bound to what the sandbox is now, from the rows loaded for the page.
+    lease = next((x for x in leases if x.pk == r.lease_id), None)
+    fingerprint = fingerprint_from(r, lease, receipts)
+    proof = proof_from_receipts(r, receipts, fingerprint)
+    approved = has_approval(r, proof, receipts)
     attachments = {}
     for a in Attachment.objects.filter(retirement=r):
         attachments[str(a.pk)] = a
@@ -213,7 +246,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         ]
         or (["a hold"] if r.stage == Stage.HELD else []),
         "leases": leases,
-        "receipts": [_receipt_view(x, attachments) for x in receipts],
+        "receipts": [_receipt_view(x, attachments, r, fingerprint) for x in receipts],
         "proof": proof,
         "approved": approved,
         "is_open": is_open,

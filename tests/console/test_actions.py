@@ -5,6 +5,7 @@ from django.urls import reverse
 
 from sandboxes.models import AuditEvent, Receipt, Retirement
 from sandboxes.models.choices import HoldCode, ReceiptKind, Stage
+from sandboxes.proof import fingerprint_of
 from tests.factories import RetirementFactory
 
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -28,7 +29,14 @@ def test_it_approves_with_proof_and_writes_one_audit_row(as_operator, operator, 
     assert b"Approved" in response.content
     assert "retirement-changed" in response["HX-Trigger"]
     receipt = Receipt.objects.get(retirement=awaiting, kind=ReceiptKind.APPROVAL)
-    assert receipt.payload == {"user": operator.username, "reason": "checked the diff"}
+    compare = Receipt.objects.get(retirement=awaiting, kind=ReceiptKind.SALVAGE_COMPARE)
+    # Bound to the proof it approved, as the sandbox is now (DOMAIN §2.3).
+    assert receipt.payload == {
+        "user": operator.username,
+        "reason": "checked the diff",
+        "proof_receipt_id": str(compare.pk),
+        "fingerprint": fingerprint_of(awaiting),
+    }
     assert receipt.lease_id == awaiting.lease_id
     assert receipt.run_id == awaiting.lease.heartbeat_run_id
     assert receipt.actor == operator.username
@@ -148,6 +156,7 @@ def test_admins_attest_by_typing_the_sandbox_id(as_admin, admin, unproven):
         "typed_sandbox_id": unproven.provider_lease_id,
         "reason": "the notes are scratch files",
         "user": admin.username,
+        "fingerprint": fingerprint_of(unproven),
     }
     row = _only_audit_row("retirement.attest")
     assert row.actor == admin and row.reason == "the notes are scratch files"

@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from sandboxes.models import AuditEvent, Receipt
 from sandboxes.models.choices import ReceiptKind, Stage
+from sandboxes.proof import fingerprint_of
 from tests.factories import EnvironmentFactory, RetirementFactory
 
 
@@ -105,7 +106,13 @@ def test_it_shows_one_sandbox_in_the_documented_shape(client, operator_token, aw
         {
             "kind": "salvage_compare",
             "confirmed_at": data["receipts"][0]["confirmed_at"],
-            "payload": {"clean": True, "added": [], "changed": [], "deleted": []},
+            "payload": {
+                "clean": True,
+                "added": [],
+                "changed": [],
+                "deleted": [],
+                "fingerprint": fingerprint_of(awaiting),
+            },
         }
     ]
 
@@ -130,7 +137,8 @@ def test_it_approves_through_the_same_action_and_audit(client, operator_token, a
     assert response.status_code == 200
     assert response.json()["next_attempt_at"]
     receipt = Receipt.objects.get(kind=ReceiptKind.APPROVAL)
-    assert receipt.payload == {"user": "token:ops-bot", "reason": "api ok"}
+    assert receipt.payload["user"] == "token:ops-bot" and receipt.payload["reason"] == "api ok"
+    assert receipt.payload["fingerprint"] == fingerprint_of(awaiting)
     (event,) = AuditEvent.objects.all()
     assert event.action == "retirement.approve"
     assert event.actor_label == "token:ops-bot"

@@ -108,3 +108,17 @@ def retirement_of(lease):
 
 def ago(**kw):
     return timezone.now() - timedelta(**kw)
+
+
+@pytest.fixture(params=["daytona", "local"])
+def provider(request, tmp_path, monkeypatch, settings):
+    """End to end: the Daytona simulator over loopback, then the local provider, as
+    the provider every `reconcile --once` in the test uses (see e2e.py)."""
+    from sandboxes.reconciler import machine
+
+    from .e2e import start_provider
+
+    p, stop = start_provider(request.param, tmp_path)
+    monkeypatch.setattr(machine, "default_provider_for", lambda env, name="": p.client)
+    yield p
+    stop()
