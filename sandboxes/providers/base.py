@@ -124,7 +124,10 @@ class SandboxInfo:
 
     @property
     def pending(self) -> bool:
-        """A requested change the provider has not finished yet."""
+        """A requested change the provider has not finished yet. An errored
+        sandbox is not pending (Daytona clears `pending` on error): it stays put."""
+        if self.state in FAILED_STATES:
+            return False
         return bool(self.desired_state) and self.desired_state != str(
             self.raw.get("state") or self.state
         )

@@ -941,8 +941,13 @@ class Handler(BaseHTTPRequestHandler):
             if data is None:
                 raise refusal(404, "File not found")
             self._ok(entry)
+            # download_file.go: an attachment named both ways, like bulk download.
+            disposition = wire.content_disposition("file", posixpath.basename(query["path"]))
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
+            self.send_header(
+                "Content-Disposition", disposition.replace('form-data; name="file"', "attachment")
+            )
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self._write(data)

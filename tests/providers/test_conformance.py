@@ -197,6 +197,7 @@ def test_the_toolbox_client_uploads_downloads_and_executes(sandboxes, simulator)
         ("workspace/b.txt", 1),
     ]
     assert files.download_file(path="workspace/b.txt") == b"b"
+    assert files.download_file(path="workspace/café.txt") == b"latte"
 
     raw = files.download_files_without_preload_content(
         toolbox_api.FilesDownloadRequest(
