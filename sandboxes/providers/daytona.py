@@ -730,7 +730,9 @@ class DaytonaProvider(RetryingProvider):
                 sandbox_id=sandbox_id,
                 status_code=404,
             )
-        if info.state != SandboxState.STARTED:
+        if info.state != SandboxState.STARTED or (info.pending and info.desired_state != "started"):
+            # Not running, or running with a stop under way (desiredState
+            # `stopped`): the toolbox would refuse mid-way. Start waits it out.
             self._lifecycle("start", info.id, budget, request_id)
             info = self._get(info.id, budget, request_id, operation=operation)
         if not info.toolbox_proxy_url:

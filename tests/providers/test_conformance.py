@@ -643,6 +643,19 @@ def test_a_start_the_server_holds_is_one_post_without_409s(simulator, sim):
     assert not [c for c in sim.calls() if c["status"] == 409]
 
 
+def test_file_access_waits_out_a_pending_stop_then_starts(daytona, sim):
+    box = daytona.create("racing", {}, {"a.txt": b"a"})
+    sim.sandbox(box.id, transition_seconds=0.3)
+    httpx.post(
+        f"{daytona.api_url}/sandbox/{box.id}/stop", headers={"Authorization": "Bearer test-key"}
+    )
+    sim.reset()
+    assert daytona.hash_files(box.id, "workspace")["a.txt"].size == 1
+    assert [c["status"] for c in sim.calls(operation="execute")] == [200]
+    time.sleep(0.4)  # the stop, had it been left pending, would have landed by now
+    assert daytona.get(box.id).state == SandboxState.STARTED
+
+
 def test_resources_reach_the_provider_protocol(daytona, sim):
     box = daytona.create("sized", {})
     sim.sandbox(box.id, cpu=4, memory=8, disk=20)
