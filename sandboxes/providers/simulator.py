@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -882,7 +883,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         except Exception as exc:  # a bug in the simulator must not hang the client
             entry["status"] = 500
+            entry["error"] = repr(exc)[:500]
             sim.log(**entry)
+            traceback.print_exc()
             self._send_json(500, {"statusCode": 500, "message": f"simulator error: {exc!r}"})
             return
 
