@@ -32,17 +32,18 @@ def test_delete_is_soft_then_destroying_then_404(simulator, sim):
     # entities/sandbox.entity.ts getSoftDeleteUpdate: desiredState first, renamed.
     with client(simulator) as http:
         sid = http.post("/sandbox", json={"name": "n"}).json()["id"]
-        sim.sandbox(sid, transition_seconds=0.4)
+        sim.sandbox(sid, transition_seconds=0.2, stuck=True)
         answer = http.delete(f"/sandbox/{sid}")
         assert answer.status_code == 200
         assert answer.json()["id"] == sid and answer.json()["desiredState"] == "destroyed"
         assert answer.json()["name"].startswith("DESTROYED_n_")
-        pending = http.get(f"/sandbox/{sid}").json()
-        assert (pending["state"], pending["desiredState"]) == ("started", "destroyed")
+        assert answer.json()["state"] == "started"  # pending: the old state stays a while
         assert http.get("/sandbox/n").status_code == 404  # the old name is free
         assert http.delete(f"/sandbox/{sid}").status_code == 409  # already pending
-        time.sleep(0.25)
-        assert http.get(f"/sandbox/{sid}").json()["state"] == "destroying"
+        time.sleep(0.15)
+        shown = http.get(f"/sandbox/{sid}").json()
+        assert (shown["state"], shown["desiredState"]) == ("destroying", "destroyed")
+        sim.sandbox(sid, stuck=False)
         time.sleep(0.25)
         assert http.get(f"/sandbox/{sid}").status_code == 404
         assert http.delete(f"/sandbox/{sid}").status_code == 404
