@@ -8,6 +8,16 @@ sandboxes/reconciler/machine.py and watching it fail:
 (b) only an explicit `clean: true` counts as clean;
 (c) `authorize_destroy` re-judges the lease under the lock: a lease acquired
     again is refused there, even with an operator's attestation.
+
+Mutations run (each made alone, the file run, the mutation reverted):
+- proof.py, `latest.payload.get("clean") is True` → `any(c.payload.get("clean")
+  is True for c in compares)`: both (a) tests fail;
+- the same line → clean derived from empty added/changed/deleted when the flag
+  is missing: the two "no clean flag" cases of (b) fail;
+- the same line → truthiness (`if latest.payload.get("clean"):`): the "clean
+  as 1" and "clean as a string" cases of (b) fail;
+- machine.py, authorize_destroy without `if cand is None or cand.kind is None:
+  raise DestroyRefused(...)`: (c) fails (the sandbox is destroyed).
 """
 
 import uuid
