@@ -231,7 +231,12 @@ def hold(retirement_id, *, actor, reason: str) -> Retirement:
         **(r.hold_reasons or {}),
         HoldCode.OPERATOR_HOLD: f"Held by {label}: {reason}",
     }
-    _save(r, "operator_hold_reason", "stage", "holds", "hold_reasons")
+    # A hold during a notice period stops it: nothing is retired at retire_after,
+    # and after the hold the owner is told again.
+    r.retire_after, r.notice_proof = None, ""
+    _save(
+        r, "operator_hold_reason", "stage", "holds", "hold_reasons", "retire_after", "notice_proof"
+    )
     audit.record(
         actor=actor,
         action="retirement.hold",
@@ -332,7 +337,13 @@ def bulk_approve(retirement_ids, *, actor, reason: str) -> tuple[list, dict]:
     return approved, refused
 
 
-POLICY_FIELDS = ("retirement_mode", "warm_retention", "max_retirements_per_pass", "workspace_root")
+POLICY_FIELDS = (
+    "retirement_mode",
+    "warm_retention",
+    "max_retirements_per_pass",
+    "workspace_root",
+    "notice_period",
+)
 
 
 @transaction.atomic
@@ -345,7 +356,10 @@ def edit_policy(
     warm_retention_hours: float,
     max_retirements_per_pass: int,
     workspace_root: str,
+    notice_hours: float | None = None,
+    preview: dict | None = None,
 ) -> Environment:
+    """`preview`: what the confirmed policy preview showed (recorded in the audit row)."""
     _require(actor, "edit_policy")
     reason = _reason(reason)
     if retirement_mode not in RetirementMode.values:
@@ -356,6 +370,8 @@ def edit_policy(
     env.warm_retention = timedelta(hours=warm_retention_hours)
     env.max_retirements_per_pass = max_retirements_per_pass
     env.workspace_root = workspace_root
+    if notice_hours is not None:
+        env.notice_period = timedelta(hours=notice_hours)
     after = env.policy()
     if after == before:
         raise ActionRefused("Nothing changed.")
@@ -366,7 +382,7 @@ def edit_policy(
         obj=env,
         reason=reason,
         before=before,
-        after=after,
+        after={**after, "preview": preview} if preview is not None else after,
         sandbox_id="",
     )
     return env

@@ -17,6 +17,13 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "token.revoke": "revoked an API token",
         "user.grant_role": "granted a role",
     },
+    "Notification channels (admins)": {
+        "channel.create": "added a notification channel",
+        "channel.update": "changed a notification channel",
+        "channel.rotate_secret": "rotated a webhook's signing secret",
+        "channel.test": "sent a test notification",
+        "channel.delete": "deleted a notification channel",
+    },
     "Reconciler": {
         "retirement.retired": "retired a sandbox",
         "retirement.failed": "a step failed",
@@ -25,6 +32,7 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "retirement.proof_void": "proof void: back to compare",
         "retirement.stopped": "stopped a sandbox (stop-only step)",
         "retirement.corrected": "stopped and retained after an unsuccessful run",
+        "retirement.noticed": "gave notice: retired after the notice period",
     },
 }
 ACTIONS: dict[str, str] = {

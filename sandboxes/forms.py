@@ -91,8 +91,17 @@ class PolicyForm(forms.Form):
         min_value=0, max_value=24 * 365, label="Warm retention (hours)"
     )
     max_retirements_per_pass = forms.IntegerField(min_value=0, max_value=100000)
+    notice_hours = forms.FloatField(
+        min_value=0,
+        max_value=24 * 90,
+        required=False,
+        label="Notice period (hours, auto mode; 0 = off)",
+    )
     workspace_root = forms.CharField(max_length=500)
     reason = forms.CharField(max_length=2000, label="Reason for the policy change")
+
+    def clean_notice_hours(self):
+        return self.cleaned_data.get("notice_hours") or 0.0
 
     def clean_workspace_root(self):
         from sandboxes.ingest.schemas import sandbox_root

@@ -180,6 +180,8 @@ class Stage(models.TextChoices):
     RETIRED = "retired"
     HELD = "held"
     AWAITING_APPROVAL = "awaiting_approval"
+    # Auto mode with a notice period: the owner was told; retired after retire_after.
+    NOTICED = "noticed"
     FAILED = "failed"
     DISMISSED = "dismissed"
     # A correction's record once its stop is confirmed (DOMAIN §2.3): closed,

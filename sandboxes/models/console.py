@@ -86,6 +86,10 @@ class Retirement(models.Model):
     reported_memory_gib = models.FloatField(null=True, blank=True, help_text="GiB of memory.")
     reported_disk_gib = models.FloatField(null=True, blank=True, help_text="GiB of disk.")
     reported_at = models.DateTimeField(null=True, blank=True)
+    # The notice period (auto mode): retired no earlier than retire_after, and
+    # only with the proof the notice announced (notice_proof: its receipt id).
+    retire_after = models.DateTimeField(null=True, blank=True)
+    notice_proof = models.CharField(max_length=64, blank=True)
     listed_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     closed_at = models.DateTimeField(null=True, blank=True)

@@ -100,6 +100,10 @@ class Environment(MirroredModel):
     )
     warm_retention = models.DurationField(default=timedelta(hours=24))
     max_retirements_per_pass = models.PositiveIntegerField(default=50)
+    notice_period = models.DurationField(
+        default=timedelta(0),
+        help_text="Auto mode: announce a retirement this long before it (0: off).",
+    )
     workspace_root = models.CharField(max_length=500, default="workspace")
     api_url = models.URLField(blank=True, help_text="Provider API URL; blank uses DAYTONA_API_URL.")
     api_key_env = models.CharField(
@@ -168,6 +172,7 @@ class Environment(MirroredModel):
             "warm_retention_hours": self.warm_retention.total_seconds() / 3600,
             "max_retirements_per_pass": self.max_retirements_per_pass,
             "workspace_root": self.workspace_root,
+            "notice_hours": self.notice_period.total_seconds() / 3600,
         }
 
 

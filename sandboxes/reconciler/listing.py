@@ -15,8 +15,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from sandboxes.models import AuditEvent, Retirement
-from sandboxes.models.choices import STAGES_CLOSED, RetirementMode, Stage
+from sandboxes.models.choices import STAGES_CLOSED, Stage
 
+from . import decide
 from .candidates import Candidate, judge_leases, list_candidates
 from .holds import blocking_holds, compute_holds, explain
 
@@ -127,29 +128,20 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
             updates.append(
                 Retirement(pk=rec["id"], holds=holds, hold_reasons=explain(holds), kind=cand.kind)
             )
-        if _claimed(rec, now):
-            return
-        blocking = blocking_holds(holds, cand.kind)
-        rec["mode"] = rec["environment__retirement_mode"]
-        observe = rec["mode"] == RetirementMode.OBSERVE
-        if blocking and rec["stage"] not in (Stage.HELD,):
-            if rec["started_for_salvage"]:
-                to_wake.append(rec["id"])  # its worker stops the sandbox first
-            else:
-                to_hold.append(rec["id"])
-        elif not blocking and rec["stage"] == Stage.HELD:
+        step = decide.sync_step(
+            stage=rec["stage"],
+            blocking=blocking_holds(holds, cand.kind),
+            mode=rec["environment__retirement_mode"],
+            started=rec["started_for_salvage"],
+            next_attempt_at=rec["next_attempt_at"],
+            claimed=_claimed(rec, now),
+        )
+        if step == decide.SYNC_HOLD:
+            to_hold.append(rec["id"])
+        elif step == decide.SYNC_RELEASE:
             to_release.append(rec["id"])
-        elif (
-            not blocking
-            and not observe
-            and rec["next_attempt_at"] is None
-            and (
-                rec["stage"] == Stage.LISTED
-                # Manual → auto: nothing will approve it, so it proceeds.
-                or (rec["stage"] == Stage.AWAITING_APPROVAL and rec["mode"] == RetirementMode.AUTO)
-            )
-        ):
-            to_wake.append(rec["id"])
+        elif step == decide.SYNC_WAKE:
+            to_wake.append(rec["id"])  # a started sandbox: its worker stops it first
 
     for key, cand in cand_by_sandbox.items():
         rec = by_sandbox.get(key)
@@ -163,8 +155,9 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
                 to_dismiss[rec["id"]] = "a newer lease row on this sandbox is the candidate now"
             continue
         holds = compute_holds(cand.facts, cand.kind, now=now)
-        blocking = blocking_holds(holds, cand.kind)
-        observe = cand.retirement_mode == RetirementMode.OBSERVE
+        stage, due = decide.new_record_state(
+            blocking=blocking_holds(holds, cand.kind), mode=cand.retirement_mode, now=now
+        )
         creates.append(
             Retirement(
                 lease_id=cand.lease_id,
@@ -172,10 +165,10 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
                 provider=cand.provider,
                 provider_lease_id=cand.provider_lease_id,
                 kind=cand.kind,
-                stage=Stage.HELD if blocking else Stage.LISTED,
+                stage=stage,
                 holds=holds,
                 hold_reasons=explain(holds),
-                next_attempt_at=None if (blocking or observe) else now,
+                next_attempt_at=due,
             )
         )
 
@@ -203,7 +196,14 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
         result.held = (
             Retirement.objects.filter(unclaimed, pk__in=to_hold, started_for_salvage=False)
             .exclude(stage__in=STAGES_CLOSED)
-            .update(stage=Stage.HELD, next_attempt_at=None, updated_at=now)
+            # A hold stops a running notice (decide.notice_valid).
+            .update(
+                stage=Stage.HELD,
+                next_attempt_at=None,
+                retire_after=None,
+                notice_proof="",
+                updated_at=now,
+            )
         )
     if to_release:
         result.released = Retirement.objects.filter(

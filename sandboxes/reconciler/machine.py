@@ -48,6 +48,7 @@ from sandboxes.models.choices import (
     Stage,
     TerminationState,
 )
+from sandboxes.notifications import events as notify
 from sandboxes.proof import (
     PROOF_KINDS,
     Proof,
@@ -65,7 +66,7 @@ from sandboxes.providers.base import (
 )
 from sandboxes.providers.registry import get_provider
 
-from . import salvage
+from . import decide, salvage
 from .candidates import Candidate, judge_lease_locked
 from .holds import STOP_ONLY_KINDS, blocking_holds, compute_holds, explain
 
@@ -83,6 +84,7 @@ WORKABLE_STAGES = (
     Stage.EXPORTING,
     Stage.RETIRING,
     Stage.AWAITING_APPROVAL,
+    Stage.NOTICED,
     Stage.FAILED,
 )
 
@@ -343,7 +345,34 @@ def _record_void(r: Retirement, proof: Proof) -> None:
 def _wait(r: Retirement, stage: str, next_attempt_at=None) -> None:
     r.stage = stage
     r.next_attempt_at = next_attempt_at
+    if stage == Stage.HELD:
+        # A hold stops a running notice: once it clears, the owner hears again.
+        r.retire_after = None
+        r.notice_proof = ""
     r.save()
+
+
+def proof_key_of(proof) -> str:
+    """The receipt a proof rests on: an approval or a notice is bound to it."""
+    return str(proof.receipt.pk) if proof and proof.receipt is not None else ""
+
+
+def _give_notice(r: Retirement, proof_key: str, now) -> None:
+    """Auto mode with a notice period: announce the retirement and wait for it.
+    The destroy comes on a later pass that re-checks everything (authorize_destroy)."""
+    before = {"stage": r.stage}
+    r.retire_after = now + r.environment.notice_period
+    r.notice_proof = proof_key
+    _wait(r, Stage.NOTICED, next_attempt_at=r.retire_after)
+    audit.record(
+        actor=None,
+        action="retirement.noticed",
+        obj=r,
+        reason=f"notice period: retired after {r.retire_after.isoformat()} unless held",
+        before=before,
+        after={"stage": r.stage, "retire_after": r.retire_after.isoformat()},
+    )
+    notify.notice(r)
 
 
 def _wait_for_cap(r: Retirement, started: bool, base: dict, now) -> Plan | None:
@@ -382,51 +411,61 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             return None
 
         blocking = _refresh_holds(r, cand, now)
-        # A sandbox the console started for salvage is stopped before its record
-        # waits, in every mode: observe forbids starts and destroys, and a stop
-        # only puts back the state the console found (§2.3).
-        if blocking:
-            if started:
-                r.save()
-                return Plan("stop_before_wait", **base)
-            _wait(r, Stage.HELD)
-            return None
-
-        if env.retirement_mode == RetirementMode.OBSERVE:
-            # Observe: list and explain only; never a provider call beyond reads
-            # (and the stop above of a sandbox started before the switch).
-            if started:
-                r.save()
-                return Plan("stop_before_wait", **base)
-            _wait(r, Stage.LISTED)
-            return None
-
-        if r.kind in STOP_ONLY_KINDS:
-            r.save()
-            return Plan("stop_only", **base)
-
         receipts = _record_receipts(r)
         fingerprint = fingerprint_of(r)
         proof = proof_from_receipts(r, receipts, fingerprint)
-        if proof:
-            if env.retirement_mode == RetirementMode.MANUAL and not has_approval(
-                r, proof, receipts
-            ):
-                if started:
-                    r.save()
-                    return Plan("stop_before_wait", **base)
-                _wait(r, Stage.AWAITING_APPROVAL)
-                return None
-            if not worker.under_cap(env):
-                return _wait_for_cap(r, started, base, now)
+        proof_key = proof_key_of(proof)
+        step = decide.next_step(
+            decide.Situation(
+                kind=r.kind,
+                blocking=tuple(blocking),
+                mode=env.retirement_mode,
+                started=started,
+                proof=bool(proof),
+                approved=has_approval(r, proof, receipts),
+                notice=env.notice_period,
+                notice_valid=decide.notice_valid(r.retire_after, r.notice_proof, proof_key),
+                retire_after=r.retire_after,
+                under_cap=worker.under_cap(env),
+            ),
+            now,
+        )
+        # A sandbox the console started for salvage is stopped before its record
+        # waits, in every mode: observe forbids starts and destroys, and a stop
+        # only puts back the state the console found (§2.3).
+        if step == decide.STOP_BEFORE_WAIT:
+            r.save()
+            return Plan("stop_before_wait", **base)
+        if step == decide.HOLD:
+            _wait(r, Stage.HELD)
+            return None
+        if step == decide.OBSERVE:
+            # Observe: list and explain only; never a provider call beyond reads.
+            _wait(r, Stage.LISTED)
+            return None
+        if step == decide.STOP_ONLY:
+            r.save()
+            return Plan("stop_only", **base)
+        if step == decide.AWAIT_APPROVAL:
+            entering = r.stage != Stage.AWAITING_APPROVAL
+            _wait(r, Stage.AWAITING_APPROVAL)
+            if entering:
+                notify.awaiting_approval(r, proof_key)
+            return None
+        if step == decide.GIVE_NOTICE:
+            _give_notice(r, proof_key, now)
+            return None
+        if step == decide.WAIT_NOTICE:
+            _wait(r, Stage.NOTICED, next_attempt_at=r.retire_after)
+            return None
+        if step == decide.WAIT_CAP:
+            return _wait_for_cap(r, started, base, now)
+        if step == decide.RETIRE:
             r.stage = Stage.RETIRING
             r.save()
             return Plan("retire", **base)
 
-        if not worker.under_cap(env):
-            # The cap is reached: start nothing this pass that could not be retired.
-            return _wait_for_cap(r, started, base, now)
-
+        # decide.SALVAGE: compare (and export) to earn the proof.
         if proof.void:
             # What the proof saw has moved on: compare again (below), and say so.
             _record_void(r, proof)
@@ -592,6 +631,7 @@ def do_stop_only(plan: Plan, attempt_id, worker: Worker) -> None:
         if r.kind == RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN:
             # A correction, not a retirement: done once the stop is confirmed.
             _close(r, Stage.CORRECTED, CORRECTED_REASON, now)
+            notify.correction_stopped(r)
             return
         # The stopped sandbox is judged afresh on a later pass (seed 001).
         _wait(r, Stage.LISTED, next_attempt_at=now)
@@ -796,6 +836,11 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
         raise DestroyRefused(f"no proof: {proof.reason}")
     if env.retirement_mode == RetirementMode.MANUAL and not has_approval(r, proof, receipts):
         raise DestroyRefused("manual mode: no operator approval recorded")
+    if decide.notice_on(env.retirement_mode, env.notice_period):
+        if not decide.notice_valid(r.retire_after, r.notice_proof, proof_key_of(proof)):
+            raise DestroyRefused("notice period: no notice was given for this proof")
+        if r.retire_after > now:
+            raise DestroyRefused(f"notice period: not before {r.retire_after.isoformat()}")
     return proof.reason
 
 
@@ -870,6 +915,7 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
             reason=proof_reason,
             now=now,
         )
+        notify.retired(r, proof_reason)
     worker.retired_by_env[plan.environment.pk] += 1
     worker.retired += 1
 
@@ -927,6 +973,8 @@ def record_failure(retirement_id, attempt_id, exc: BaseException, worker: Worker
                     "next_attempt_at": r.next_attempt_at.isoformat(),
                 },
             )
+            if r.needs_attention and not was_attention:
+                notify.needs_attention(r)
     except ClaimLost:
         pass
     worker.failed += 1

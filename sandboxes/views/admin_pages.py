@@ -1,12 +1,17 @@
 """Reconciler passes, environment policy (admins edit) and API tokens (admins manage)."""
 
+import json
+from datetime import timedelta
+
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.crypto import salted_hmac
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import actions
 from sandboxes.forms import PolicyForm, PriceForm, TokenForm
 from sandboxes.models import ApiToken, Environment, ReconcilerPass
+from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
 from sandboxes.roles import ASSIGN_ROLES
 from sandboxes.views.common import console_view, keyset_page, permission, permission_named
 
@@ -34,6 +39,7 @@ def _policy_initial(env: Environment) -> dict:
         "retirement_mode": env.retirement_mode,
         "warm_retention_hours": round(env.warm_retention.total_seconds() / 3600, 2),
         "max_retirements_per_pass": env.max_retirements_per_pass,
+        "notice_hours": round(env.notice_period.total_seconds() / 3600, 2),
         "workspace_root": env.workspace_root,
     }
 
@@ -72,7 +78,11 @@ def _prices(env: Environment) -> list[dict]:
 
 
 def _environments_context(
-    request, *, bound: dict | None = None, bound_prices: dict | None = None
+    request,
+    *,
+    bound: dict | None = None,
+    bound_prices: dict | None = None,
+    preview_of: dict | None = None,
 ) -> dict:
     rows = []
     for env in Environment.objects.order_by("name"):
@@ -91,6 +101,7 @@ def _environments_context(
                 "retention_hours": env.warm_retention.total_seconds() / 3600,
                 "prices": _prices(env),
                 "open_edit": env.pk in (bound or {}) or env.pk in (bound_prices or {}),
+                "preview": (preview_of or {}).get(env.pk),
             }
         )
     return {
@@ -98,6 +109,47 @@ def _environments_context(
         "modes": MODES,
         "can_edit": request.user.has_perm("sandboxes.edit_policy"),
     }
+
+
+def proposed_policy(data: dict) -> Policy:
+    return Policy(
+        data["retirement_mode"],
+        timedelta(hours=data["warm_retention_hours"]),
+        data["max_retirements_per_pass"],
+        timedelta(hours=data.get("notice_hours") or 0),
+    )
+
+
+def confirmation_token(env: Environment, data: dict, shown: dict) -> str:
+    """Binds a confirmation to the environment's current policy, the proposed
+    one and the counts the preview showed: if any of them moved, the admin
+    sees the preview again."""
+    value = json.dumps(
+        {
+            "env": str(env.pk),
+            "current": env.policy(),
+            "proposed": {k: data[k] for k in sorted(data) if k != "reason"},
+            "shown": shown,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return salted_hmac("policy-preview", value).hexdigest()
+
+
+def _preview_rows(pv) -> list[dict]:
+    cats = [c for c in CATEGORIES if pv.current.counts.get(c) or pv.proposed.counts.get(c)]
+    return [
+        {
+            "category": c,
+            "label": CATEGORIES[c],
+            "current": pv.current.counts.get(c, 0),
+            "proposed": pv.proposed.counts.get(c, 0),
+            "changed": pv.current.counts.get(c, 0) != pv.proposed.counts.get(c, 0),
+            "list": pv.proposed.rows.get(c, []),
+        }
+        for c in cats
+    ]
 
 
 @console_view
@@ -113,8 +165,29 @@ def edit_policy(request, pk):
     env = get_object_or_404(Environment, pk=pk)
     form = PolicyForm(request.POST, prefix=str(env.pk))
     if form.is_valid():
+        data = form.cleaned_data
+        proposed = proposed_policy(data)
+        summary = None
+        if proposed != Policy.of(env):
+            # A change to mode, retention, cap or notice is saved only once the
+            # admin has seen what the next pass would do, and confirmed it.
+            pv = preview(env, proposed)
+            summary = {"current": pv.current.summary(), "proposed": pv.proposed.summary()}
+            token = confirmation_token(env, data, summary)
+            confirm = request.POST.get("confirm", "")
+            if confirm != token:
+                if confirm:
+                    form.add_error(
+                        None,
+                        "The fleet or the policy changed since that preview: check it again.",
+                    )
+                shown = {"pv": pv, "rows": _preview_rows(pv), "token": token}
+                context = _environments_context(
+                    request, bound={env.pk: form}, preview_of={env.pk: shown}
+                )
+                return render(request, "sandboxes/environments.html", context)
         try:
-            actions.edit_policy(env.pk, actor=request.user, **form.cleaned_data)
+            actions.edit_policy(env.pk, actor=request.user, preview=summary, **data)
         except actions.ActionRefused as exc:
             form.add_error(None, str(exc))
         else:
@@ -245,3 +318,14 @@ def assign_role(request, pk):
             request, f"{user.get_username()}: {old or 'no role'} → {new or 'no role'}."
         )
     return redirect("users")
+
+
+def confirmation_for(env: Environment, post: dict) -> str:
+    """The confirm token a preview of this (prefixed) policy form shows now:
+    for clients and tests that post a confirmed change in one request."""
+    form = PolicyForm(post, prefix=str(env.pk))
+    if not form.is_valid():
+        raise ValueError(form.errors.as_json())
+    pv = preview(env, proposed_policy(form.cleaned_data))
+    summary = {"current": pv.current.summary(), "proposed": pv.proposed.summary()}
+    return confirmation_token(env, form.cleaned_data, summary)

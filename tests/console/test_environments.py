@@ -27,7 +27,13 @@ def test_everyone_reads_the_policies_but_only_admins_get_a_form(as_reviewer, as_
 
 def test_admins_edit_the_policy_with_one_audit_row(as_admin, admin, db):
     env = EnvironmentFactory(retirement_mode="auto")
-    response = as_admin.post(reverse("environment-policy", kwargs={"pk": env.pk}), _form(env))
+    url = reverse("environment-policy", kwargs={"pk": env.pk})
+    # First the preview of what the next pass would do; nothing is saved yet.
+    shown = as_admin.post(url, _form(env))
+    assert shown.status_code == 200 and b"data-policy-preview" in shown.content
+    assert AuditEvent.objects.count() == 0
+    token = shown.content.decode().split('name="confirm" value="')[1].split('"')[0]
+    response = as_admin.post(url, {**_form(env), "confirm": token})
     assert response.status_code == 302
     env.refresh_from_db()
     assert env.retirement_mode == "manual"
@@ -42,8 +48,10 @@ def test_admins_edit_the_policy_with_one_audit_row(as_admin, admin, db):
         "warm_retention_hours": 24.0,
         "max_retirements_per_pass": 50,
         "workspace_root": "workspace",
+        "notice_hours": 0.0,
     }
     assert event.after["retirement_mode"] == "manual"
+    assert event.after["preview"]["proposed"]["counts"] == {}  # no kept sandbox here
     assert event.after["warm_retention_hours"] == 48.0
 
 

@@ -2,6 +2,7 @@
 the test chooses (a failing channel) and can be switched to succeed."""
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,8 +24,8 @@ class Receiver:
     event: threading.Event = field(default_factory=threading.Event)
 
 
-@pytest.fixture
-def receiver():
+@contextmanager
+def serve_receiver():
     state = Receiver(url="")
 
     class Handler(BaseHTTPRequestHandler):
@@ -48,3 +49,9 @@ def receiver():
     yield state
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    with serve_receiver() as state:
+        yield state

@@ -54,7 +54,11 @@ def _policy(world):
         "workspace_root": "work",
         "reason": "security test",
     }
-    return {f"{env.pk}-{k}": v for k, v in data.items()}
+    form = {f"{env.pk}-{k}": v for k, v in data.items()}
+    # A policy change is saved once its preview is confirmed (issue 17).
+    from sandboxes.views.admin_pages import confirmation_for
+
+    return {**form, "confirm": confirmation_for(env, form)}
 
 
 RETIREMENT_FIELDS = frozenset({"next_attempt_at", "updated_at"})
@@ -131,6 +135,7 @@ ACTIONS = [
                 "warm_retention",
                 "max_retirements_per_pass",
                 "workspace_root",
+                "notice_period",
                 "updated_at",
             }
         ),

@@ -1,0 +1,125 @@
+"""What happens next to a record: pure functions over plain data.
+
+The listing (`sync_step`, `new_record_state`) and the state machine
+(`next_step`) ask these, and so does the policy preview: the preview computes
+what a pass would do with the very rules a pass follows, never a copy of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from sandboxes.models.choices import RetirementMode, Stage
+
+from .holds import STOP_ONLY_KINDS
+
+# next_step's answers.
+STOP_BEFORE_WAIT = "stop_before_wait"  # stop the sandbox the console started, then decide again
+HOLD = "hold"  # a hold blocks the next step: the record waits as `held`
+OBSERVE = "observe"  # observe mode: listed and explained, nothing more
+STOP_ONLY = "stop_only"  # a correction / superseded warm sandbox: stop and retain
+AWAIT_APPROVAL = "await_approval"  # manual mode: proof ready, waits for an operator
+GIVE_NOTICE = "give_notice"  # auto mode with a notice period: announce, retire after it
+WAIT_NOTICE = "wait_notice"  # the notice period is running
+WAIT_CAP = "wait_cap"  # the per-pass cap is reached: the next pass goes on
+RETIRE = "retire"  # destroy (through authorize_destroy)
+SALVAGE = "salvage"  # compare (and export) to earn the proof
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything the next step depends on, already loaded under the row lock."""
+
+    kind: str
+    blocking: tuple  # hold codes that block the next step
+    mode: str
+    started: bool  # the console started the sandbox for salvage
+    proof: bool
+    approved: bool
+    notice: timedelta | None  # the environment's notice period (None or 0: off)
+    notice_valid: bool  # a notice was given for exactly this proof
+    retire_after: datetime | None
+    under_cap: bool
+
+
+def notice_on(mode: str, notice: timedelta | None) -> bool:
+    """A notice period applies in auto mode only (manual waits for a person anyway)."""
+    return mode == RetirementMode.AUTO and bool(notice) and notice > timedelta(0)
+
+
+def next_step(s: Situation, now: datetime) -> str:
+    if s.blocking:
+        return STOP_BEFORE_WAIT if s.started else HOLD
+    if s.mode == RetirementMode.OBSERVE:
+        return STOP_BEFORE_WAIT if s.started else OBSERVE
+    if s.kind in STOP_ONLY_KINDS:
+        return STOP_ONLY
+    if s.proof:
+        if s.mode == RetirementMode.MANUAL and not s.approved:
+            return STOP_BEFORE_WAIT if s.started else AWAIT_APPROVAL
+        if notice_on(s.mode, s.notice):
+            if not s.notice_valid:
+                return STOP_BEFORE_WAIT if s.started else GIVE_NOTICE
+            if s.retire_after is None or s.retire_after > now:
+                return STOP_BEFORE_WAIT if s.started else WAIT_NOTICE
+        if not s.under_cap:
+            return WAIT_CAP
+        return RETIRE
+    if not s.under_cap:
+        # The cap is reached: start nothing this pass that could not be retired.
+        return WAIT_CAP
+    return SALVAGE
+
+
+def settle(s: Situation, now: datetime) -> str:
+    """Where a worker's loop ends up within one pass: after a stop-before-wait it
+    decides again on the stopped sandbox."""
+    step = next_step(s, now)
+    if step == STOP_BEFORE_WAIT:
+        return next_step(replace(s, started=False), now)
+    return step
+
+
+def notice_valid(retire_after, notice_proof: str, proof_key: str) -> bool:
+    """A notice counts for the proof it announced, and only while it stands (a
+    hold clears it: after the hold the owner hears again)."""
+    return retire_after is not None and bool(proof_key) and notice_proof == proof_key
+
+
+# --- the listing's decisions ---------------------------------------------------------
+
+SYNC_HOLD = "hold"
+SYNC_RELEASE = "release"
+SYNC_WAKE = "wake"
+
+
+def sync_step(
+    *, stage: str, blocking, mode: str, started: bool, next_attempt_at, claimed: bool
+) -> str | None:
+    """What the listing does to an open record whose holds it just recomputed."""
+    if claimed:
+        return None  # its worker re-judges it under the row lock
+    if blocking and stage != Stage.HELD:
+        return SYNC_WAKE if started else SYNC_HOLD  # a started sandbox is stopped first
+    if not blocking and stage == Stage.HELD:
+        return SYNC_RELEASE
+    if (
+        not blocking
+        and mode != RetirementMode.OBSERVE
+        and next_attempt_at is None
+        and (
+            stage == Stage.LISTED
+            # Manual → auto: nothing will approve it, so it proceeds.
+            or (stage == Stage.AWAITING_APPROVAL and mode == RetirementMode.AUTO)
+        )
+    ):
+        return SYNC_WAKE
+    return None
+
+
+def new_record_state(*, blocking, mode: str, now) -> tuple[str, datetime | None]:
+    """Stage and due time of a record the listing creates."""
+    stage = Stage.HELD if blocking else Stage.LISTED
+    due = None if (blocking or mode == RetirementMode.OBSERVE) else now
+    return stage, due

@@ -1,0 +1,359 @@
+"""Policy preview: what the next pass would do to an environment's kept
+sandboxes under a policy, beside what it would do under the current one.
+
+Computed with the pass's own functions and nothing else: the candidate listing
+(`list_candidates`, `judge_leases`), the holds (`compute_holds`,
+`blocking_holds`), the proof (`proof_from_receipts`), the listing's decisions
+(`decide.sync_step`, `decide.new_record_state`) and the state machine's
+(`decide.settle`), in the order a pass claims records, with its per-pass cap.
+It only reads: a fixed number of queries at any fleet size, no write, no
+provider call.
+
+What it cannot know is what a compare will find: a record that starts salvage
+is counted under `salvage` (in auto mode without a notice period it is
+expected to be retired in the same pass, and counts against the cap as such).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from sandboxes.models import Environment, Receipt, Retirement
+from sandboxes.models.choices import (
+    STAGES_CLOSED,
+    ReceiptKind,
+    RetirementMode,
+    Stage,
+)
+from sandboxes.proof import PROOF_KINDS, approval_for, fingerprints_of, proof_from_receipts
+
+from . import decide
+from .candidates import judge_leases, list_candidates
+from .holds import blocking_holds, compute_holds
+
+# Categories, in display order, with what each means for an admin.
+CATEGORIES = {
+    "salvage": "start salvage (compare, export what is unsaved)",
+    "retire": "be retired (destroyed, with proof)",
+    "notice": "get a notice (retired after the notice period)",
+    "noticed": "stay in their notice period",
+    "awaiting_approval": "wait for approval",
+    "stop": "be stopped and retained (corrections, superseded warm sandboxes)",
+    "held": "be held",
+    "wait_cap": "wait for the next pass (per-pass cap reached)",
+    "retry_later": "wait for a scheduled retry",
+    "observe": "be listed only (observe mode)",
+    "listed": "stay listed (not due)",
+    "dismissed": "be dismissed (no longer a candidate)",
+    "in_progress": "be left to the worker that holds them",
+}
+_FROM_STEP = {
+    decide.SALVAGE: "salvage",
+    decide.RETIRE: "retire",
+    decide.GIVE_NOTICE: "notice",
+    decide.WAIT_NOTICE: "noticed",
+    decide.AWAIT_APPROVAL: "awaiting_approval",
+    decide.STOP_ONLY: "stop",
+    decide.HOLD: "held",
+    decide.WAIT_CAP: "wait_cap",
+    decide.OBSERVE: "observe",
+}
+_WAITING_STAGE = {
+    Stage.HELD: "held",
+    Stage.AWAITING_APPROVAL: "awaiting_approval",
+    Stage.NOTICED: "noticed",
+    Stage.FAILED: "retry_later",
+    Stage.COMPARING: "retry_later",
+    Stage.EXPORTING: "retry_later",
+    Stage.RETIRING: "retry_later",
+    Stage.LISTED: "listed",
+}
+LIST_LIMIT = 500  # rows listed per category (counts are always complete)
+
+RECORD_FIELDS = (
+    "id",
+    "lease_id",
+    "provider",
+    "provider_lease_id",
+    "kind",
+    "stage",
+    "operator_hold_reason",
+    "started_for_salvage",
+    "next_attempt_at",
+    "claimed_until",
+    "retire_after",
+    "notice_proof",
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    retirement_mode: str
+    warm_retention: timedelta
+    max_retirements_per_pass: int
+    notice_period: timedelta
+
+    @classmethod
+    def of(cls, env: Environment) -> Policy:
+        return cls(
+            env.retirement_mode,
+            env.warm_retention,
+            env.max_retirements_per_pass,
+            env.notice_period or timedelta(0),
+        )
+
+
+@dataclass
+class Outcome:
+    counts: dict = field(default_factory=dict)
+    held_by_code: dict = field(default_factory=dict)
+    rows: dict = field(default_factory=dict)  # category → [row], at most LIST_LIMIT each
+
+    def summary(self) -> dict:
+        """What the audit row records."""
+        return {"counts": dict(self.counts), "held_by_code": dict(self.held_by_code)}
+
+    def ids(self, category: str) -> set:
+        return {r["record_id"] for r in self.rows.get(category, []) if r["record_id"]}
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One sandbox as the next pass would meet it, after its listing."""
+
+    record: dict | None  # None: the listing would create its record now
+    kind: str
+    sandbox: tuple
+    holds: tuple
+    blocking: tuple
+    stage: str
+    due_at: datetime | None
+    claimed: bool
+    dismissed: bool = False
+
+
+def _load(env: Environment):
+    """The reads (a fixed number of queries): open records, candidates, the
+    re-judged leases of records without a current candidate, and receipts."""
+    records = list(
+        Retirement.objects.filter(environment=env)
+        .exclude(stage__in=STAGES_CLOSED)
+        .values(*RECORD_FIELDS)
+    )
+    candidates = list_candidates(env.pk)
+    by_sandbox = {(c.provider, c.provider_lease_id): c for c in candidates}
+    rejudge = [
+        r["lease_id"]
+        for r in records
+        if (c := by_sandbox.get((r["provider"], r["provider_lease_id"]))) is None
+        or c.lease_id != r["lease_id"]
+    ]
+    judged = judge_leases(rejudge)
+    receipts: dict = {}
+    fingerprints = fingerprints_of(_RecordView(r) for r in records)
+    if records:
+        for x in Receipt.objects.filter(
+            Q(kind__in=(*PROOF_KINDS, ReceiptKind.APPROVAL)),
+            retirement__environment=env,
+            retirement__stage__in=[s for s in Stage.values if s not in STAGES_CLOSED],
+        ).order_by("confirmed_at", "created_at"):
+            receipts.setdefault(x.retirement_id, []).append(x)
+    return records, candidates, judged, receipts, fingerprints
+
+
+def _items(policy: Policy, records, candidates, judged, now) -> list[_Item]:
+    """Replay the listing (sync_retirements) on the loaded rows under `policy`."""
+    by_sandbox = {(r["provider"], r["provider_lease_id"]): r for r in records}
+    cands = {(c.provider, c.provider_lease_id): c for c in candidates}
+    items = []
+
+    def holds_of(cand, operator_hold_reason=""):
+        facts = replace(cand.facts, warm_retention=policy.warm_retention)
+        holds = compute_holds(facts, cand.kind, operator_hold_reason=operator_hold_reason, now=now)
+        return tuple(holds), tuple(blocking_holds(holds, cand.kind))
+
+    def track(rec, cand):
+        holds, blocking = holds_of(cand, rec["operator_hold_reason"])
+        claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
+        step = decide.sync_step(
+            stage=rec["stage"],
+            blocking=blocking,
+            mode=policy.retirement_mode,
+            started=rec["started_for_salvage"],
+            next_attempt_at=rec["next_attempt_at"],
+            claimed=claimed,
+        )
+        stage, due = rec["stage"], rec["next_attempt_at"]
+        if step == decide.SYNC_HOLD:
+            stage, due = Stage.HELD, None
+        elif step == decide.SYNC_RELEASE:
+            stage, due = Stage.LISTED, now
+        elif step == decide.SYNC_WAKE and stage not in (*STAGES_CLOSED, Stage.HELD):
+            due = now
+        items.append(
+            _Item(
+                rec,
+                cand.kind,
+                (cand.provider, cand.provider_lease_id),
+                holds,
+                blocking,
+                stage,
+                due,
+                claimed,
+            )
+        )
+
+    for key, cand in cands.items():
+        rec = by_sandbox.get(key)
+        if rec is not None and rec["lease_id"] == cand.lease_id:
+            track(rec, cand)
+            continue
+        if rec is not None:
+            # The old record gives way; the newest row is listed on the next pass.
+            claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
+            if not claimed and not rec["started_for_salvage"]:
+                items.append(_Item(rec, rec["kind"], key, (), (), rec["stage"], None, False, True))
+            continue
+        holds, blocking = holds_of(cand)
+        stage, due = decide.new_record_state(
+            blocking=blocking, mode=policy.retirement_mode, now=now
+        )
+        items.append(_Item(None, cand.kind, key, holds, blocking, stage, due, False))
+
+    for key, rec in by_sandbox.items():
+        if key in cands:
+            continue
+        judged_row = judged.get(rec["lease_id"])
+        if judged_row is None:
+            continue
+        claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
+        if judged_row.kind is None:
+            if not claimed and not rec["started_for_salvage"]:
+                items.append(_Item(rec, rec["kind"], key, (), (), rec["stage"], None, False, True))
+            continue
+        track(rec, judged_row)
+    return items
+
+
+def _due(item: _Item, now) -> bool:
+    """machine.due_filter, on the item's post-listing state."""
+    if item.claimed:
+        return False
+    if item.stage == Stage.HELD:
+        return bool(item.record and item.record["started_for_salvage"])
+    return item.due_at is not None and item.due_at <= now
+
+
+def outcome(policy: Policy, records, candidates, judged, receipts, fingerprints, now) -> Outcome:
+    items = _items(policy, records, candidates, judged, now)
+    # The order a pass claims records: next_attempt_at (nulls first), then id.
+    items.sort(
+        key=lambda i: (
+            i.due_at is not None,
+            i.due_at or now,
+            str(i.record["id"]) if i.record else "~",
+        )
+    )
+    retired = 0  # what Worker.retired_by_env counts
+    out = Outcome()
+    counts, by_code, rows = Counter(), Counter(), {}
+    for item in items:
+        rec = item.record
+        started = bool(rec and rec["started_for_salvage"])
+        if item.dismissed:
+            category = "dismissed"
+        elif item.claimed:
+            category = "in_progress"
+        elif not _due(item, now):
+            category = _WAITING_STAGE.get(item.stage, "listed")
+            if policy.retirement_mode == RetirementMode.OBSERVE and category == "listed":
+                category = "observe"
+        else:
+            mine = receipts.get(rec["id"], []) if rec else []
+            # Bound to what the sandbox is now, as plan_step binds it.
+            proof = (
+                proof_from_receipts(_RecordView(rec), mine, fingerprints.get(rec["id"]))
+                if rec
+                else None
+            )
+            proof_key = str(proof.receipt.pk) if proof and proof.receipt is not None else ""
+            situation = decide.Situation(
+                kind=item.kind,
+                blocking=item.blocking,
+                mode=policy.retirement_mode,
+                started=started,
+                proof=bool(proof),
+                approved=bool(proof)
+                and any(x.kind == ReceiptKind.APPROVAL and approval_for(proof, x) for x in mine),
+                notice=policy.notice_period,
+                notice_valid=bool(rec)
+                and decide.notice_valid(rec["retire_after"], rec["notice_proof"], proof_key),
+                retire_after=rec["retire_after"] if rec else None,
+                under_cap=retired < policy.max_retirements_per_pass,
+            )
+            step = decide.settle(situation, now)
+            category = _FROM_STEP[step]
+            if step == decide.RETIRE or (
+                step == decide.SALVAGE
+                and policy.retirement_mode == RetirementMode.AUTO
+                and not decide.notice_on(policy.retirement_mode, policy.notice_period)
+            ):
+                retired += 1  # a salvage is expected to end in a retirement this pass
+        counts[category] += 1
+        if category == "held":
+            by_code.update(item.blocking or item.holds)
+        bucket = rows.setdefault(category, [])
+        if len(bucket) < LIST_LIMIT:
+            bucket.append(
+                {
+                    "record_id": str(rec["id"]) if rec else None,
+                    "provider": item.sandbox[0],
+                    "sandbox_id": item.sandbox[1],
+                    "kind": item.kind,
+                    "holds": list(item.blocking if category == "held" else item.holds),
+                    "stops_first": started and category not in ("salvage", "retire"),
+                }
+            )
+    out.counts = {c: counts[c] for c in CATEGORIES if counts[c]}
+    out.held_by_code = dict(sorted(by_code.items()))
+    out.rows = rows
+    return out
+
+
+class _RecordView:
+    """The attributes proof_from_receipts and fingerprints_of read, from a values() row."""
+
+    def __init__(self, rec: dict):
+        self.pk = rec["id"]
+        self.provider = rec["provider"]
+        self.provider_lease_id = rec["provider_lease_id"]
+        self.lease_id = rec["lease_id"]
+
+
+@dataclass
+class Preview:
+    current: Outcome
+    proposed: Outcome
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> list[str]:
+        cats = list(CATEGORIES)
+        return [c for c in cats if self.current.counts.get(c, 0) != self.proposed.counts.get(c, 0)]
+
+
+def preview(env: Environment, proposed: Policy, now: datetime | None = None) -> Preview:
+    """The next pass under the current policy and under `proposed` (reads only)."""
+    import time
+
+    t0 = time.monotonic()
+    now = now or timezone.now()
+    loaded = _load(env)
+    current = outcome(Policy.of(env), *loaded, now)
+    new = outcome(proposed, *loaded, now)
+    return Preview(current, new, time.monotonic() - t0)
