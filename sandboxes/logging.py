@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,21 +79,42 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
+# Line breaks and other control characters a message may carry from a request
+# (a path, a username, a provider's answer): in text logs they would forge
+# lines that look like records of their own.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 class TextFormatter(logging.Formatter):
-    """Plain text for development, with the context ids appended when set."""
+    """Plain text for development, with the context ids appended when set. One
+    record is one line: newlines in the message are escaped (\\n), and a
+    traceback follows indented, so nothing a caller logs can forge a record."""
 
     def __init__(self):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        record.message = escape_controls(record.getMessage())
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
         context = current_context()
         ids = []
         for key in CONTEXT_KEYS:
             value = getattr(record, key, None) or context.get(key)
             if value is not None:
-                ids.append(f"{key}={value}")
+                ids.append(f"{key}={escape_controls(str(value))}")
         if ids:
-            first, newline, rest = line.partition("\n")
-            line = f"{first} [{' '.join(ids)}]{newline}{rest}"
+            line = f"{line} [{' '.join(ids)}]"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        blocks = [
+            record.exc_text or "",
+            self.formatStack(record.stack_info) if record.stack_info else "",
+        ]
+        for block in filter(None, blocks):
+            line += "".join(f"\n    {escape_controls(part)}" for part in block.splitlines())
         return line

@@ -89,7 +89,9 @@ def kept_sandboxes(request):
         limit = min(max(int(params.get("limit", DEFAULT_LIMIT)), 1), MAX_LIMIT)
     except ValueError:
         return _bad("limit must be an integer")
-    page = keyset_page(qs, order="listed_at", cursor=params.get("cursor"), size=limit)
+    page = keyset_page(
+        qs, order="listed_at", cursor=params.get("cursor"), size=limit, param="cursor"
+    )
     next_url = None
     if page.next_cursor:
         query = params.copy()

@@ -26,4 +26,24 @@
       window.prompt("Copy this id:", text);
     }
   });
+
+  // Live regions ([data-live], hx-trigger "every 3s") poll every 3 s while the
+  // tab is visible and every 30 s while it is hidden. htmx trigger filters
+  // ([document.visibilityState=='visible']) would need eval, which the
+  // Content-Security-Policy forbids, so the throttle lives here.
+  var HIDDEN_INTERVAL_MS = 30000;
+  var lastPoll = new WeakMap();
+  document.addEventListener("htmx:confirm", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-live")) return;
+    var now = Date.now();
+    if (document.visibilityState === "hidden") {
+      var last = lastPoll.get(elt) || 0;
+      if (now - last < HIDDEN_INTERVAL_MS) {
+        event.preventDefault();
+        return;
+      }
+    }
+    lastPoll.set(elt, now);
+  });
 })();
