@@ -69,6 +69,7 @@ def record_payload(r: Retirement) -> dict:
             "id": str(issue.pk) if issue else None,
             "key": (issue.key or None) if issue else None,
             "title": (issue.title or None) if issue else None,
+            "url": absolute(reverse("task", args=[issue.pk])) if issue else None,
         },
         "sandbox": {"provider": r.provider, "id": r.provider_lease_id},
         "environment": {"id": str(r.environment_id), "name": r.environment.name},

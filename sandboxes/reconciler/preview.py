@@ -155,7 +155,6 @@ def _load(env: Environment):
     ]
     judged = judge_leases(rejudge)
     receipts: dict = {}
-    fingerprints = fingerprints_of(_RecordView(r) for r in records)
     if records:
         for x in Receipt.objects.filter(
             Q(kind__in=(*PROOF_KINDS, ReceiptKind.APPROVAL)),
@@ -163,19 +162,30 @@ def _load(env: Environment):
             retirement__stage__in=[s for s in Stage.values if s not in STAGES_CLOSED],
         ).order_by("confirmed_at", "created_at"):
             receipts.setdefault(x.retirement_id, []).append(x)
+    # Only a record with proof receipts can have proof: bind those to what their
+    # sandbox is now (the others have no proof whatever the fingerprint).
+    fingerprints = fingerprints_of(_RecordView(r) for r in records if r["id"] in receipts)
     return records, candidates, judged, receipts, fingerprints
 
 
-def _items(policy: Policy, records, candidates, judged, now) -> list[_Item]:
-    """Replay the listing (sync_retirements) on the loaded rows under `policy`."""
+def _items(policy: Policy, records, candidates, judged, now, cache: dict) -> list[_Item]:
+    """Replay the listing (sync_retirements) on the loaded rows under `policy`.
+    `cache` keeps holds computed for one retention, for the other policy's replay."""
     by_sandbox = {(r["provider"], r["provider_lease_id"]): r for r in records}
     cands = {(c.provider, c.provider_lease_id): c for c in candidates}
     items = []
 
     def holds_of(cand, operator_hold_reason=""):
-        facts = replace(cand.facts, warm_retention=policy.warm_retention)
-        holds = compute_holds(facts, cand.kind, operator_hold_reason=operator_hold_reason, now=now)
-        return tuple(holds), tuple(blocking_holds(holds, cand.kind))
+        key = (cand.lease_id, policy.warm_retention, operator_hold_reason)
+        if key not in cache:
+            facts = cand.facts
+            if facts.warm_retention != policy.warm_retention:
+                facts = replace(facts, warm_retention=policy.warm_retention)
+            holds = compute_holds(
+                facts, cand.kind, operator_hold_reason=operator_hold_reason, now=now
+            )
+            cache[key] = (tuple(holds), tuple(blocking_holds(holds, cand.kind)))
+        return cache[key]
 
     def track(rec, cand):
         holds, blocking = holds_of(cand, rec["operator_hold_reason"])
@@ -249,8 +259,10 @@ def _due(item: _Item, now) -> bool:
     return item.due_at is not None and item.due_at <= now
 
 
-def outcome(policy: Policy, records, candidates, judged, receipts, fingerprints, now) -> Outcome:
-    items = _items(policy, records, candidates, judged, now)
+def outcome(
+    policy: Policy, records, candidates, judged, receipts, fingerprints, now, cache=None
+) -> Outcome:
+    items = _items(policy, records, candidates, judged, now, {} if cache is None else cache)
     # The order a pass claims records: next_attempt_at (nulls first), then id.
     items.sort(
         key=lambda i: (
@@ -354,6 +366,7 @@ def preview(env: Environment, proposed: Policy, now: datetime | None = None) -> 
     t0 = time.monotonic()
     now = now or timezone.now()
     loaded = _load(env)
-    current = outcome(Policy.of(env), *loaded, now)
-    new = outcome(proposed, *loaded, now)
+    cache: dict = {}
+    current = outcome(Policy.of(env), *loaded, now, cache)
+    new = outcome(proposed, *loaded, now, cache)
     return Preview(current, new, time.monotonic() - t0)

@@ -181,7 +181,16 @@ def edit_policy(request, pk):
                         None,
                         "The fleet or the policy changed since that preview: check it again.",
                     )
-                shown = {"pv": pv, "rows": _preview_rows(pv), "token": token}
+                codes = sorted(set(pv.current.held_by_code) | set(pv.proposed.held_by_code))
+                held = [
+                    {
+                        "code": code,
+                        "current": pv.current.held_by_code.get(code, 0),
+                        "proposed": pv.proposed.held_by_code.get(code, 0),
+                    }
+                    for code in codes
+                ]
+                shown = {"pv": pv, "rows": _preview_rows(pv), "held": held, "token": token}
                 context = _environments_context(
                     request, bound={env.pk: form}, preview_of={env.pk: shown}
                 )

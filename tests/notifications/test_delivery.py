@@ -88,6 +88,7 @@ def test_a_webhook_is_signed_per_standard_webhooks_and_verifies(admin, record, r
     assert body["type"] == "retirement.retired"
     data = body["data"]
     assert data["task"]["key"] == "PAP-142"
+    assert data["task"]["url"].endswith(f"/tasks/{record.lease.issue_id}/")
     assert data["sandbox"] == {"provider": record.provider, "id": record.provider_lease_id}
     assert data["environment"]["name"] == record.environment.name
     assert data["kind"] == record.kind
