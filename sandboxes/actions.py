@@ -442,6 +442,8 @@ def create_token(*, actor, name: str, scope: str, reason: str = "") -> tuple[Api
     reason = _note(reason)
     if not name:
         raise ActionRefused("Give the token a name.")
+    if len(name) > ApiToken.NAME_MAX:
+        raise ActionRefused(f"name: at most {ApiToken.NAME_MAX} characters ({len(name)} given).")
     if scope not in TokenScope.values:
         raise ActionRefused(f"Unknown scope {scope!r}.")
     token, raw = ApiToken.issue(name, scope, created_by=actor)

@@ -61,7 +61,7 @@ def record(
         label = "system"
     return AuditEvent.objects.create(
         actor=user,
-        actor_label=label,
+        actor_label=label[:200],
         action=action,
         object_type=obj._meta.model_name,
         object_id=str(obj.pk),

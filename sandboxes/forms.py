@@ -139,7 +139,7 @@ class PriceForm(forms.Form):
 
 
 class TokenForm(forms.Form):
-    name = forms.CharField(max_length=200)
+    name = forms.CharField(max_length=190)  # ApiToken.NAME_MAX: "token:<name>" fits the audit
     scope = forms.ChoiceField(choices=TokenScope.choices, initial=TokenScope.OPERATOR)
     reason = forms.CharField(max_length=2000, required=False)
 

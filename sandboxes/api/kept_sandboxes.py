@@ -2,7 +2,6 @@
 operator-scope tokens. Actions go through `sandboxes.actions`, the same code
 path and audit rows as the console's buttons."""
 
-import json
 import uuid
 
 from django.core.exceptions import PermissionDenied
@@ -13,6 +12,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import actions
+from sandboxes.ingest.schemas import TooDeep, decode_json
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, HoldCode, RetirementKind, Stage, TokenScope
 from sandboxes.views.common import hold_filter, keyset_page
@@ -20,6 +20,7 @@ from sandboxes.views.common import hold_filter, keyset_page
 from .auth import token_required
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 200
+MAX_REASON = 2000  # as the console's reason field (forms.ReasonForm)
 
 
 def _iso(value):
@@ -154,12 +155,16 @@ def _act(request, sandbox_id, action):
     if call is None:
         return _bad(f"unknown action {action!r}", 404)
     try:
-        body = json.loads(request.body or b"{}")
+        body = decode_json(request.body or b"{}")
+    except TooDeep as exc:
+        return _bad(f"body: JSON {exc}")
     except (ValueError, UnicodeDecodeError):
         return _bad("body is not valid JSON")
     reason = body.get("reason") if isinstance(body, dict) else None
     if not isinstance(reason, str) or not reason.strip():
         return _bad('a non-empty "reason" is required')
+    if len(reason) > MAX_REASON:
+        return _bad(f'"reason" is at most {MAX_REASON} characters ({len(reason)} given)')
     r = _current(sandbox_id)
     if r is None:
         return _bad("the console keeps no record of this sandbox", 404)

@@ -236,6 +236,10 @@ def hash_token(raw: str) -> str:
 
 
 class ApiToken(models.Model):
+    # The audit trail labels a token's actions "token:<name>" in a 200-character
+    # column, so a name may use 190 of them.
+    NAME_MAX = 190
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     name = models.CharField(max_length=200)
     scope = models.CharField(max_length=16, choices=TokenScope.choices)
