@@ -12,16 +12,15 @@ from sandboxes.forms import BulkApproveForm
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import ReceiptKind, Stage
 from sandboxes.proof import PROOF_KINDS, fingerprints_of, has_approval, proof_from_receipts
-from sandboxes.views.common import console_view, keyset_page, permission
+from sandboxes.views.common import console_view, counted, keyset_page, permission
 
 PAGE_SIZE = actions.MAX_BULK_APPROVE
 
 
 def queue_context(request, *, results=None, error="", form=None) -> dict:
+    waiting = Retirement.objects.filter(stage=Stage.AWAITING_APPROVAL)
     page = keyset_page(
-        Retirement.objects.filter(stage=Stage.AWAITING_APPROVAL).select_related(
-            "environment", "lease__issue"
-        ),
+        waiting.select_related("environment", "lease__issue"),
         order="listed_at",
         cursor=request.GET.get("after"),
         size=PAGE_SIZE,
@@ -40,6 +39,7 @@ def queue_context(request, *, results=None, error="", form=None) -> dict:
         rows.append({"r": r, "proof": proof, "approved": has_approval(r, proof, receipts)})
     return {
         "rows": rows,
+        "total": counted(waiting),
         "page": page,
         "results": results,
         "error": error,

@@ -84,3 +84,9 @@ def test_it_runs_a_bounded_number_of_queries(as_operator, django_assert_max_num_
     build_fleet(5)
     with django_assert_max_num_queries(12):
         assert as_operator.get(reverse("approvals")).status_code == 200
+
+
+def test_the_queue_shows_how_many_await_approval(as_operator, awaiting):
+    RetirementFactory(stage="awaiting_approval")
+    body = as_operator.get(reverse("approvals")).content.decode()
+    assert 'data-count="2"' in body and "2 sandboxes await approval" in body

@@ -28,6 +28,7 @@ from sandboxes import models as m
 from sandboxes.models.choices import ReceiptKind, RetirementKind, Stage
 
 BATCH = 5000
+LEASE_BATCH = 500
 
 
 def _load(leases: int, retirements: int, stdout) -> m.Retirement:
@@ -61,7 +62,13 @@ def _load(leases: int, retirements: int, stdout) -> m.Retirement:
                 released_at=now - timedelta(minutes=i - 1),
             )
         )
-    lease_rows = m.EnvironmentLease.objects.bulk_create(rows, batch_size=BATCH)
+    # One transaction per batch: a lease insert takes one advisory lock per
+    # sandbox (the console_lease_superseded trigger) until its transaction ends,
+    # and one bulk_create (a single transaction) of 100,000 rows runs out of
+    # PostgreSQL's lock table (max_locks_per_transaction).
+    lease_rows = []
+    for start in range(0, len(rows), LEASE_BATCH):
+        lease_rows += m.EnvironmentLease.objects.bulk_create(rows[start : start + LEASE_BATCH])
     stdout.write(f"  {len(lease_rows)} leases")
     stages, kinds = list(Stage.values), list(RetirementKind.values)
     ret_rows = m.Retirement.objects.bulk_create(
@@ -188,6 +195,7 @@ class Command(BaseCommand):
 
         from sandboxes.roles import ADMINS
         from sandboxes.views.common import live_fingerprint
+        from sandboxes.views.sandboxes import detail_fingerprint
 
         setup_test_environment()
         old_name = connection.settings_dict["NAME"]
@@ -219,9 +227,20 @@ class Command(BaseCommand):
                 ("kept-sandbox list, hold+search", "/sandboxes/?hold=retention&q=sbx-00", {}),
                 ("kept-sandbox list, all stages", "/sandboxes/?stage=all", {}),
                 ("sandbox detail", f"/sandboxes/{sample.pk}/", {}),
+                ("sandbox detail by provider id", f"/sandboxes/{sample.provider_lease_id}/", {}),
+                (
+                    "sandbox detail poll, unchanged (204)",
+                    f"/sandboxes/{sample.pk}/?part=live&fp={detail_fingerprint(sample)}",
+                    hx,
+                ),
+                ("task", f"/tasks/{sample.lease.issue_id}/", {}),
                 ("approvals queue", "/approvals/", {}),
                 ("audit trail", "/audit/", {}),
                 ("reconciler passes", "/passes/", {}),
+                ("audit trail, one action", "/audit/?action=retirement.hold", {}),
+                ("dashboard, split by environment", "/?split=environment", {}),
+                ("environments", "/environments/", {}),
+                ("users", "/users/", {}),
             ]
             self.stdout.write(f"\nmedian of {runs} requests (in-process, ms):")
             baseline = None
