@@ -77,6 +77,14 @@ def test_the_notice_delays_the_destroy_until_a_later_pass(warm, reconcile, local
     assert event.payload["sandbox"]["id"] == lease.provider_lease_id
     assert event.payload["task"]["key"] == lease.issue.key
 
+    from django.test import Client
+
+    admin = f.UserFactory(username="notice-admin", groups=[ADMINS])
+    client = Client()
+    client.force_login(admin)
+    page = client.get(f"/sandboxes/{r.pk}/").content.decode()
+    assert "data-retire-after" in page and "unless held" in page
+
     reconcile()  # not due yet: nothing happens
     assert retirement_of(lease).stage == m.Stage.NOTICED and local.count("destroy") == 0
 
