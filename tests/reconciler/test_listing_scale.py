@@ -133,6 +133,47 @@ def test_superseded_follows_the_ingest_upsert():
     assert stored_superseded() == expected_superseded()
 
 
+def test_the_refresh_takes_no_lock_table_entry_per_sandbox():
+    """A load_events file is one transaction. The refresh locked each sandbox with
+    an advisory lock, which stays in PostgreSQL's shared lock table until commit:
+    a file naming ~28,000 sandboxes failed with "out of shared memory". Row locks
+    live in the rows: the lock-table entries this transaction holds do not grow
+    with the sandboxes it writes (fails on main before migration 0012: 2,000)."""
+    env = f.EnvironmentFactory()
+    now = timezone.now()
+
+    def held() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    before = held()
+    m.EnvironmentLease.objects.bulk_create(
+        [
+            m.EnvironmentLease(
+                environment=env,
+                provider=env.provider,
+                provider_lease_id=f"sbx-many-{i}",
+                status=m.LeaseStatus.EXPIRED,
+                lease_policy=m.LeasePolicy.EPHEMERAL,
+                acquired_at=now - timedelta(minutes=i),
+            )
+            for i in range(2000)
+        ]
+    )
+    assert held() - before < 50
+    older = m.EnvironmentLease.objects.get(provider_lease_id="sbx-many-7")
+    m.EnvironmentLease.objects.create(
+        environment=env,
+        provider=env.provider,
+        provider_lease_id="sbx-many-7",
+        status=m.LeaseStatus.ACTIVE,
+        lease_policy=m.LeasePolicy.EPHEMERAL,
+        acquired_at=now,
+    )
+    assert flags(older) == [True]
+
+
 def test_the_benchmark_fleet_sets_the_flag_as_the_database_would():
     build_fleet(leases=1500, kept=40, seed=3)
     assert stored_superseded() == expected_superseded()
