@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sandboxes.models import EnvironmentLease, Receipt, Retirement
-from sandboxes.models.choices import PROVIDER_RECEIPT_KINDS, ReceiptKind
+from sandboxes.models.choices import PROVIDER_RECEIPT_KINDS, ReceiptKind, RetirementKind, SaveState
 
 PROOF_KINDS = (
     ReceiptKind.SALVAGE_COMPARE,
@@ -152,6 +152,30 @@ class Proof:
         return self.ok
 
 
+# What an approval of a replacement proof names instead of a proof receipt.
+REPLACEMENT = "replacement"
+
+
+def replacement_proof(retirement: Retirement, fingerprint: dict | None = None) -> Proof:
+    """`resume_failed` only (DOMAIN §2.1, seed 004): Paperclip checked the proof
+    when it replaced the sandbox (clean workspace, committed save, verified
+    backup). The console re-checks that the workspace is still saved - a
+    committed save (with its final checkpoint) - and that no writer holds it;
+    it never starts or compares the sandbox."""
+    ws = retirement.lease.execution_workspace
+    if ws is None:
+        return Proof(False, "the replaced lease names no workspace to re-check")
+    if ws.save_state != SaveState.SAVED or ws.final_checkpoint_at is None:
+        return Proof(False, "the workspace is no longer saved with a committed save")
+    if ws.writer_run_id is not None:
+        return Proof(False, "a writer holds the workspace")
+    return Proof(
+        True,
+        "replaced by Paperclip: the workspace is saved and has no writer",
+        fingerprint=fingerprint,
+    )
+
+
 def proof_from_receipts(
     retirement: Retirement, receipts: list[Receipt], fingerprint: dict | None = None
 ) -> Proof:
@@ -160,6 +184,9 @@ def proof_from_receipts(
     `fingerprint` is what the sandbox is now (`fingerprint_of`); every destroy,
     approval and plan passes it. Without it the proof is not bound (pages that
     only describe a record, the chaos invariants' replay)."""
+    if retirement.kind == RetirementKind.RESUME_FAILED:
+        # Proved by its replacement (seed 004): a re-read of the workspace.
+        return replacement_proof(retirement, fingerprint)
     mine = [
         r
         for r in receipts
@@ -238,9 +265,11 @@ def proof_for(retirement: Retirement) -> Proof:
 
 def approval_for(proof: Proof, approval: Receipt) -> bool:
     """An approval counts only for the proof receipt it approved, seen as it is now."""
-    if not proof or proof.receipt is None:
+    if not proof:
         return False
-    if approval.payload.get("proof_receipt_id") != str(proof.receipt.pk):
+    # A replacement proof (resume_failed) has no receipt: its approval names it.
+    approved = str(proof.receipt.pk) if proof.receipt is not None else REPLACEMENT
+    if approval.payload.get("proof_receipt_id") != approved:
         return False
     if proof.fingerprint is None:
         return True

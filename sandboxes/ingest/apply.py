@@ -12,6 +12,7 @@ from uuid import UUID
 
 from django.db import IntegrityError, connection, models, transaction
 
+from sandboxes import audit
 from sandboxes.models import (
     Environment,
     EnvironmentLease,
@@ -24,7 +25,12 @@ from sandboxes.models import (
     Receipt,
     RecoveryAction,
 )
-from sandboxes.models.choices import RECEIPT_SCHEMAS, ReceiptKind, TerminationState
+from sandboxes.models.choices import (
+    PROVIDER_RECEIPT_KINDS,
+    RECEIPT_SCHEMAS,
+    ReceiptKind,
+    TerminationState,
+)
 from sandboxes.release import release_status
 
 from . import schemas as s
@@ -398,6 +404,53 @@ def apply_events(source: str, events: list[Event], *, actor=None) -> BatchResult
         return _apply_batch(source, events, actor)
 
 
+def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor) -> None:
+    """A receipt can arrive before its lease row (it is then stored against a
+    placeholder and cannot be checked). When the lease arrives, every receipt
+    recorded for it is validated against its sandbox (DOMAIN §1, issue 10 item
+    8): one naming another sandbox is named in the answer's warnings and
+    audited. It stays (receipts are append-only) but proves nothing: every
+    check matches a receipt on run, lease AND provider_lease_id. 1 query."""
+    upserted: dict[UUID, int] = {}
+    for event in events:
+        if isinstance(event.data, s.LeaseUpserted):
+            upserted[event.data.lease_id] = event.index
+    if not upserted:
+        return
+    # Only leases that arrive now: before this batch the row was missing or a
+    # placeholder, so receipts naming it could not be checked when they came.
+    sandbox = {
+        pk: uow.rows[EnvironmentLease][pk].provider_lease_id
+        for pk in upserted
+        if pk in uow.rows[EnvironmentLease]
+        and uow.baseline[(EnvironmentLease, pk)]["placeholder"]
+        and not uow.rows[EnvironmentLease][pk].placeholder
+    }
+    if not sandbox:
+        return
+    mismatched = (
+        Receipt.objects.filter(lease_id__in=list(sandbox), kind__in=PROVIDER_RECEIPT_KINDS)
+        .values_list("id", "lease_id", "provider_lease_id", "request_id", "kind")
+        .order_by("confirmed_at")
+    )
+    for receipt_id, lease_id, named, request_id, kind in mismatched:
+        if named == sandbox[lease_id]:
+            continue
+        message = (
+            f"{kind} receipt {request_id} recorded earlier names sandbox {named!r}, but this "
+            f"lease's sandbox is {sandbox[lease_id]!r}: it proves nothing for this lease"
+        )
+        uow.warnings.append(EventError(upserted[lease_id], "data.provider_lease_id", message))
+        audit.record(
+            actor=actor,
+            action="receipt.sandbox_mismatch",
+            obj=Receipt(pk=receipt_id, provider_lease_id=sandbox[lease_id]),
+            reason=message,
+            before={"provider_lease_id": named},
+            after={"lease_provider_lease_id": sandbox[lease_id], "lease": str(lease_id)},
+        )
+
+
 def _apply_batch(source: str, events: list[Event], actor) -> BatchResult:
     with transaction.atomic():
         ids = [e.id for e in events]
@@ -424,6 +477,7 @@ def _apply_batch(source: str, events: list[Event], actor) -> BatchResult:
         if uow.errors:
             raise BatchRejected(uow.errors)
         uow.flush()
+        _check_early_receipts(uow, fresh, actor)
         IngestedEvent.objects.bulk_create(
             [IngestedEvent(source=source, event_id=e.id, type=e.type) for e in fresh],
             batch_size=1000,

@@ -116,6 +116,12 @@ def _stop_receipt():
     )
 
 
+def _recovery_actions():
+    return RecoveryAction.objects.filter(
+        Q(lease=OuterRef("pk")) | Q(lease__isnull=True, source_issue=OuterRef("issue_id"))
+    )
+
+
 def _facts_annotations() -> dict:
     return {
         "bound_here": Case(
@@ -131,14 +137,13 @@ def _facts_annotations() -> dict:
         "issue_run_live": Exists(
             HeartbeatRun.objects.filter(issue=OuterRef("issue_id"), status__in=RUN_LIVE)
         ),
-        "recovery_open_issue": Exists(
-            RecoveryAction.objects.filter(
-                source_issue=OuterRef("issue_id"), status__in=RECOVERY_OPEN
-            )
-        ),
-        "recovery_open_lease": Exists(
-            RecoveryAction.objects.filter(lease=OuterRef("pk"), status__in=RECOVERY_OPEN)
-        ),
+        # DOMAIN §2.1/§2.2: the recovery actions that concern a lease are those
+        # naming it (Paperclip's restore evidence lists lease ids; the mirror
+        # keeps one row per lease named) and those naming no lease on its task.
+        # An action naming another lease concerns that lease only (seed 003's
+        # file recovery holds only its own sandbox).
+        "recovery_any": Exists(_recovery_actions()),
+        "recovery_open_lease": Exists(_recovery_actions().filter(status__in=RECOVERY_OPEN)),
         "export_pending": Exists(
             PendingExport.objects.filter(lease=OuterRef("pk"), state=ExportState.PENDING)
         ),
@@ -183,11 +188,17 @@ KIND_PREDICATES: list[tuple[str, Q]] = [
     ),
     (
         RetirementKind.CLOSED_RESTORE_SOURCE,
+        # Seed 000: a restore source whose recovery is over: at least one
+        # recovery action concerns it, all of them closed, and the task moved on
+        # (closed, or bound to another workspace). With no recovery action yet,
+        # restore recovery owns it (seed 001, "Out of scope").
         Q(
             lease_policy=LeasePolicy.RETAIN_ON_FAILURE,
             status__in=KEPT_RESTORE_STATUSES,
+            recovery_any=True,
             recovery_open_lease=False,
-        ),
+        )
+        & (Q(issue__status__in=ISSUE_CLOSED) | _bound_elsewhere),
     ),
     (
         RetirementKind.DONE_TASK_WARM,
@@ -271,7 +282,7 @@ def _to_candidate(row: dict) -> Candidate:
         writer_run_id=row["execution_workspace__writer_run_id"],
         save_state=row["execution_workspace__save_state"],
         issue_run_live=row["issue_run_live"],
-        recovery_open=row["recovery_open_issue"] or row["recovery_open_lease"],
+        recovery_open=row["recovery_open_lease"],
         export_pending=row["export_pending"],
         intent_pending=row["intent_pending"],
         sandbox_shared=row["sandbox_shared"],

@@ -465,6 +465,14 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             r.save()
             return Plan("retire", **base)
 
+        if r.kind == RetirementKind.RESUME_FAILED:
+            # Proved by its replacement, never by a compare (seed 004): the
+            # sandbox is not started. Without that proof the gate refuses, and
+            # the record retries and then needs attention.
+            r.stage = Stage.RETIRING
+            r.save()
+            return Plan("retire", **base)
+
         # decide.SALVAGE: compare (and export) to earn the proof.
         if proof.void:
             # What the proof saw has moved on: compare again (below), and say so.
@@ -881,13 +889,24 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
         r.claimed_until = now + timedelta(seconds=CLAIM_SECONDS)
         r.stage = Stage.RETIRING
         r.save()
+        kind = r.kind
     provider = worker.provider_of(plan)
-    info = provider.get(plan.sandbox_id)
-    if info.state == SandboxState.DESTROYING:
+    try:
+        info = provider.get(plan.sandbox_id)
+    except TransientProviderError:
+        raise
+    except ProviderError as exc:
+        if kind != RetirementKind.RESUME_FAILED:
+            raise
+        # A replaced sandbox that cannot be read is still deleted (seed 004),
+        # by id; the read after the destroy confirms it.
+        log.warning("%s cannot be read (%s); destroying it by id", plan.sandbox_id, exc)
+        info = None
+    if info is not None and info.state == SandboxState.DESTROYING:
         # A destroy is already under way (a worker died after its DELETE was
         # received): wait for it by reading, never send a second DELETE.
         info = _await_destroy(provider, plan.sandbox_id, info)
-    if info.state == SandboxState.DESTROYED:
+    if info is not None and info.state == SandboxState.DESTROYED:
         conf = Confirmation(
             sandbox_id=plan.sandbox_id,
             state=SandboxState.DESTROYED,
@@ -900,6 +919,8 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
         conf = provider.destroy(plan.sandbox_id)
     checkpoint("retire:after_destroy")
     after = provider.get(plan.sandbox_id)
+    if after.state == SandboxState.DESTROYING:
+        after = _await_destroy(provider, plan.sandbox_id, after)
     if after.state != SandboxState.DESTROYED:
         raise ProviderError(
             f"{plan.sandbox_id} still reads {after.state} after destroy", sandbox_id=plan.sandbox_id
@@ -910,7 +931,8 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
             r,
             conf,
             kind=ReceiptKind.RETIREMENT,
-            payload={"proof": proof_reason},
+            payload={"proof": proof_reason}
+            | ({"basis": "replacement"} if kind == RetirementKind.RESUME_FAILED else {}),
             stage=Stage.RETIRED,
             reason=proof_reason,
             now=now,

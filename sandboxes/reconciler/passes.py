@@ -26,7 +26,7 @@ from sandboxes.models.choices import STAGES_CLOSED
 
 from . import machine, sizes
 from .listing import evaluate_fleet, sync_retirements
-from .preservation import record_preservation_sources
+from .preservation import record_preservation_sources, resolve_preservation_actions
 
 log = logging.getLogger(__name__)
 # Consecutive dropped-connection errors after which a pass stops claiming and
@@ -121,6 +121,7 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
     errors: list = []
     try:
         record_preservation_sources(env_id)
+        resolve_preservation_actions(env_id)
         sync = sync_retirements(env_id, now=started)
         record.candidates = sync.candidates
         log.info(

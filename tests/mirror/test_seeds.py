@@ -144,11 +144,6 @@ def test_the_a095e0b5_restore_source_stays_with_restore_recovery(paperclip):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 item 5 (engineer i10b): closed_restore_source needs at least one "
-    "recovery action; without one restore recovery still owns the sandbox",
-)
 def test_a_restore_source_with_no_recovery_action_is_not_a_candidate(paperclip):
     p = paperclip
     env = p.environment()

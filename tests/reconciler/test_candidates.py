@@ -31,6 +31,8 @@ def one_of_each():
         status=m.LeaseStatus.FAILED, lease_policy=m.LeasePolicy.RETAIN_ON_FAILURE
     )
     f.RecoveryActionFactory(lease=lease, status=m.RecoveryStatus.RESOLVED)
+    f.stop_receipt(lease)
+    f.rebind_to_new_workspace(lease)  # the task moved on (DOMAIN §2.1)
     out["closed_restore_source"] = lease
     lease = f.EnvironmentLeaseFactory(issue__status=m.IssueStatus.DONE, released_at=ago(hours=30))
     f.stop_receipt(lease)

@@ -179,11 +179,14 @@ def _plan(r):
 
 
 def _kind_leases(warm):
+    """One lease per kind whose proof is a receipt (resume_failed is proved by its
+    replacement: see test_resume_failed_refuses_destroy_without_a_saved_workspace)."""
     a = abandoned(warm)
     b = warm(lease_policy=m.LeasePolicy.RETAIN_ON_FAILURE, status=m.LeaseStatus.FAILED)
+    f.RecoveryActionFactory(lease=b, status=m.RecoveryStatus.RESOLVED)
+    f.rebind_to_new_workspace(b)
     c = warm(issue__status=m.IssueStatus.DONE, released_at=ago(days=2))
-    d = warm(status=m.LeaseStatus.PENDING_CLEANUP, failure_reason="resume_failed")
-    return [a, b, c, d]
+    return [a, b, c]
 
 
 def _compare(r, *, clean):
@@ -243,6 +246,21 @@ def test_every_kind_refuses_destroy_without_proof(case, warm, local):
         attempt = _claim(r)
         with pytest.raises(machine.DestroyRefused, match="no proof"):
             machine.retire_sandbox(_plan(r), attempt, machine.Worker(provider_for=lambda e: local))
+    assert local.count("destroy") == 0
+
+
+@pytest.mark.parametrize("save_state", ["failed", "starting"])  # saving: writer_active
+def test_resume_failed_refuses_destroy_without_a_saved_workspace(save_state, warm, local):
+    """Seed 004: the replacement is the proof only while the workspace is still
+    saved (a committed save) with no writer."""
+    lease = warm(status=m.LeaseStatus.PENDING_CLEANUP, failure_reason="resume_failed")
+    ws = lease.execution_workspace
+    ws.save_state = save_state
+    ws.save()
+    sync_retirements()
+    r = retirement_of(lease)
+    with pytest.raises(machine.DestroyRefused, match="no proof"):
+        machine.retire_sandbox(_plan(r), _claim(r), machine.Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 

@@ -127,6 +127,7 @@ def test_restore_source_is_retired_once_retry_closed_its_recovery_actions(warm, 
     assert_kept(lease, local)
     # The user clicks Retry: a fresh run succeeds, the recovery actions close.
     m.RecoveryAction.objects.filter(pk=action.pk).update(status=m.RecoveryStatus.RESOLVED)
+    f.rebind_to_new_workspace(lease)  # a Retry binds a fresh workspace (seed 001)
     f.HeartbeatRunFactory(issue=lease.issue, status=m.RunStatus.SUCCEEDED)
     reconcile()
     assert retirement_of(lease).kind == m.RetirementKind.CLOSED_RESTORE_SOURCE
