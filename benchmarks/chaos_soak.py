@@ -29,7 +29,13 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ}
     env.setdefault("DJANGO_SETTINGS_MODULE", "paperclip_console.test_settings")
-    totals = {"orphans": 0, "unsafe_destroys": 0, "lost_files": 0, "duplicate_destroys": 0}
+    totals = {
+        "orphans": 0,
+        "unsafe_destroys": 0,
+        "lost_files": 0,
+        "duplicate_destroys": 0,
+        "left_running": 0,  # running at the end although the rules say stop
+    }
     shortcuts = {"dead_worker_claims_ended": 0, "retry_backoffs_skipped": 0}
     rows, passed_waves, converge = [], 0, []
     started = time.monotonic()
@@ -62,7 +68,7 @@ def main() -> int:
             continue
         r = json.loads(report.read_text())
         for key in totals:
-            totals[key] += len(r[key])
+            totals[key] += len(r.get(key, []))
         if r["ok"]:
             passed_waves += 1
         if r["time_to_converge_s"] is not None:
@@ -70,11 +76,17 @@ def main() -> int:
         for key in shortcuts:
             shortcuts[key] += r.get("harness_shortcuts", {}).get(key, 0)
         kills = sorted({k["point"] for k in r["faults"]["k1_kills"]})
+        k5 = [
+            (k["case"], k["failures"], round(k["converged_after"]))
+            for k in r["faults"].get("k5_outlasted", [])
+        ]
         failed = [n for n, s in r["scenarios"].items() if not s["passed"]]
         rows.append(
             f"seed {seed}: {r['scenarios_passed']}/{r['scenarios_total']} scenarios, "
             f"orphans {len(r['orphans'])}, unsafe {len(r['unsafe_destroys'])}, "
             f"lost {len(r['lost_files'])}, duplicates {len(r['duplicate_destroys'])}, "
+            f"left running {len(r.get('left_running', []))}, "
+            f"K5 (case, failures, s to converge) {k5}, "
             f"kept {r['kept']['kept']}/{r['kept']['expected']}, "
             f"converged in {r['time_to_converge_s']}s, K1 in {'/'.join(kills) or 'none'}, "
             f"crashed {len(r['workers']['crashed'])}, wave {time.monotonic() - t:.0f}s"

@@ -35,6 +35,7 @@ HOLD_CODES = (
     "retention",
     "unknown_age",
     "operator_hold",
+    "provider_unsupported",
 )
 RETIRE_KINDS = (
     "abandoned_warm",
@@ -60,7 +61,9 @@ class Case:
     expect: str  # RETIRED | STOPPED | KEPT
     env: str  # environment key: auto | auto2 | manual | observe
     hold: str = ""  # the hold code this case exists to show
-    final_stage: str = ""  # for KEPT/STOPPED: the record's stage at the end
+    # For KEPT/STOPPED: the record's stage at the end; None: never listed at all.
+    final_stage: str | None = ""
+    shape: str = ""  # a special shape of issue 10's rules (see case_events)
     started: bool = False  # the sandbox is running at the start
     saved: dict[str, bytes] = field(default_factory=dict)  # the durable save
     files: dict[str, bytes] = field(default_factory=dict)  # what the sandbox holds
@@ -160,13 +163,27 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
             ("auto2", "auto"),
             ("manual", "manual"),
             ("observe", "observe"),
+            ("e2b", "auto"),
         )
     }
+    # A provider the console has no client for: listed and held, never touched.
+    envs["e2b"]["provider"] = "e2b"
     envs["auto2"]["workspace_root"] = "work"
 
     cases: list[Case] = []
 
-    def add(name, kind, expect, *, env="auto", hold="", final_stage="", dirty="", started=False):
+    def add(
+        name,
+        kind,
+        expect,
+        *,
+        env="auto",
+        hold="",
+        final_stage="",
+        dirty="",
+        started=False,
+        shape="",
+    ):
         saved, files = _files(rng, name, dirty)
         case = Case(
             name=name,
@@ -178,6 +195,7 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
             started=started,
             saved=saved,
             files=files,
+            shape=shape,
         )
         cases.append(case)
         return case
@@ -188,6 +206,8 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
             for j in range(2):
                 env = "auto2" if (k + j) % 2 else "auto"
                 dirty = rng.choice(dirt) if j else rng.choice(["acd", "ac", "a", "cd"])
+                if kind == "resume_failed":
+                    dirty = ""  # replaced only when nothing lived only on it (seed 004)
                 add(
                     f"{kind}-{k}-{j}",
                     kind,
@@ -211,11 +231,96 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
         kind = "abandoned_warm"
         if code in ("retention", "unknown_age"):
             kind = "done_task_warm"
-        elif code == "task_can_resume":
-            kind = "closed_restore_source"
-        add(f"hold-{code}", kind, KEPT, hold=code, final_stage="held", dirty=rng.choice(dirt))
+        env = "e2b" if code == "provider_unsupported" else "auto"
+        add(
+            f"hold-{code}",
+            kind,
+            KEPT,
+            env=env,
+            hold=code,
+            final_stage="held",
+            dirty=rng.choice(dirt),
+        )
     add("observe", "abandoned_warm", KEPT, env="observe", final_stage="listed", dirty="ac")
     add("resumed", "abandoned_warm", KEPT, hold="intent_pending", final_stage="dismissed")
+
+    # Issue 10's rules (DOMAIN §2.1-§2.5), each a case that must be kept or converge.
+    corrected = {"final_stage": "corrected", "started": True, "dirty": "a"}
+    # A keep_running release recorded as sent, arriving before the run's final
+    # status (mid-wave): the correction still fires.
+    add(
+        "witness-release-first",
+        "stop_after_unsuccessful_run",
+        STOPPED,
+        shape="release_first",
+        **corrected,
+    )
+    # retain_on_failure + cancelled + keep_running: retained, corrected (not lost as expired).
+    add(
+        "witness-cancelled-restore",
+        "stop_after_unsuccessful_run",
+        STOPPED,
+        shape="cancelled_restore",
+        **corrected,
+    )
+    # A succeeded keep_running release is retained; the task moved: stopped, then retired.
+    add(
+        "witness-superseded",
+        "superseded_running_warm",
+        RETIRED,
+        started=True,
+        dirty="c",
+        shape="released_keep",
+    )
+    # Every hold blocks the stop-only steps too.
+    add(
+        "stop-held-export",
+        "stop_after_unsuccessful_run",
+        KEPT,
+        hold="export_pending",
+        final_stage="held",
+        started=True,
+    )
+    add(
+        "stop-held-intent",
+        "superseded_running_warm",
+        KEPT,
+        hold="intent_pending",
+        final_stage="held",
+        started=True,
+    )
+    add(
+        "stop-held-shared",
+        "stop_after_unsuccessful_run",
+        KEPT,
+        hold="sandbox_shared",
+        final_stage="held",
+        started=True,
+    )
+    # A restore source with no recovery action yet: restore recovery owns it.
+    add(
+        "restore-no-recovery",
+        "closed_restore_source",
+        KEPT,
+        final_stage=None,
+        dirty="a",
+        shape="no_recovery",
+    )
+    # Seed 003: a cancelled run's files behind the writer hold; kept while it is
+    # on, salvaged once Paperclip clears it.
+    add(
+        "preserved",
+        "abandoned_warm",
+        KEPT,
+        hold="writer_active",
+        final_stage="held",
+        dirty="a",
+        shape="preserved",
+    )
+    add("preserved-cleared", "abandoned_warm", RETIRED, dirty="ac", shape="preserved_cleared")
+    # Faults that outlast a step's budget: failed -> backoff -> retry -> converge.
+    add("outlast-abandoned", "abandoned_warm", RETIRED, dirty="ac", shape="outlast")
+    add("outlast-resume-failed", "resume_failed", RETIRED, shape="outlast")
 
     events = [ev("environment.upserted", e) for e in envs.values()]
     fleet = Fleet(seed=seed, cases=cases, environments=envs, events=events)
@@ -233,20 +338,27 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
     out: list[dict] = []
     kind, hold = case.kind, case.hold
     issue_status = "done" if kind == "done_task_warm" else "in_progress"
+    shape = case.shape
     bound = ids["ws"]
-    if kind in ("abandoned_warm", "superseded_running_warm") and hold != "task_can_resume":
-        bound = ids["other_ws"]  # a Retry bound the task to a fresh workspace
+    if kind in ("abandoned_warm", "superseded_running_warm", "closed_restore_source"):
+        # A Retry bound the task to a fresh workspace (a restore source's task
+        # must have moved on too, DOMAIN §2.1).
+        bound = ids["other_ws"]
     run_status = "failed"
-    if kind == "stop_after_unsuccessful_run":
+    if kind == "stop_after_unsuccessful_run" and case.name.startswith("unsuccessful-"):
         run_status = case.name.split("-", 1)[1]
     if kind in ("done_task_warm", "superseded_running_warm", "closed_restore_source"):
         run_status = "succeeded"
     if hold == "run_active":
         run_status = "running"
+    if shape in ("cancelled_restore", "preserved", "preserved_cleared"):
+        run_status = "cancelled"
+    if shape == "release_first":
+        run_status = "running"  # its final status arrives after the release
     lease = {
         "lease_id": ids["lease"],
         "environment_id": env_id,
-        "provider": "daytona",
+        "provider": fleet.environments[case.env]["provider"],
         "provider_lease_id": case.sandbox_id,
         "acquired_at": iso(now - timedelta(days=3)),
         "issue_id": ids["issue"],
@@ -278,6 +390,14 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
     elif kind == "stop_after_unsuccessful_run":
         status, policy, receipt = "retained", "reuse_by_execution_workspace", False
         lease["disposition"] = "keep_running"
+    released = None  # a lease.released event, recorded as sent (DOMAIN §2.5)
+    if shape in ("release_first", "cancelled_restore", "released_keep"):
+        status, released = "active", {"lease_id": ids["lease"], "disposition": "keep_running"}
+        lease.pop("disposition", None)
+        if shape == "cancelled_restore":
+            policy = "retain_on_failure"
+    if shape in ("preserved", "preserved_cleared"):
+        status = "released"
     if hold == "no_stop_receipt":
         receipt = False
     if case.env == "auto2":
@@ -301,9 +421,10 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
         "issue_id": ids["issue"],
         "save_state": "saved",
         "saved_at": iso(now - timedelta(days=2)),
+        "final_checkpoint_at": iso(now - timedelta(days=2)),
         "saved_manifest": case.manifest,
     }
-    if hold == "writer_active":
+    if hold == "writer_active" or shape == "preserved_cleared":
         ws["writer_run_id"] = ids["run"]
     out.append(
         ev("run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": run_status})
@@ -329,6 +450,75 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
         older.pop("released_at", None)
         out.append(ev("lease.upserted", older))
     out.append(ev("lease.upserted", lease))
+    if hold == "task_can_resume":
+        # An older row on the same sandbox (its host's clock ran behind) whose
+        # task is still bound to its workspace: it protects the sandbox (§2.2).
+        older_issue, older_ws = ev.uid(), ev.uid()
+        out.append(ev("issue.upserted", {"issue_id": older_issue, "status": "in_progress"}))
+        out.append(
+            ev(
+                "workspace.upserted",
+                {"workspace_id": older_ws, "issue_id": older_issue, "save_state": "saved"},
+            )
+        )
+        out.append(
+            ev(
+                "issue.upserted",
+                {"issue_id": older_issue, "status": "in_progress", "bound_workspace_id": older_ws},
+            )
+        )
+        out.append(
+            ev(
+                "lease.upserted",
+                dict(
+                    lease,
+                    lease_id=ev.uid(),
+                    status="released",
+                    issue_id=older_issue,
+                    workspace_id=older_ws,
+                    run_id=None,
+                    acquired_at=iso(now - timedelta(days=3, minutes=1)),
+                ),
+            )
+        )
+    if released is not None and shape != "release_first":
+        out.append(ev("lease.released", released))
+    if shape in ("preserved", "preserved_cleared"):
+        out.append(
+            ev(
+                "receipt.recorded",
+                {
+                    "lease_id": ids["lease"],
+                    "kind": "stop_and_retain",
+                    "state": "stopped",
+                    "run_id": ids["run"],
+                    "provider_lease_id": case.sandbox_id,
+                    "confirmed_at": iso(now - timedelta(days=2)),
+                    "request_id": f"paperclip-sar-{ids['lease']}",
+                },
+            )
+        )
+    if shape == "release_first":
+        # Mid-wave: the release, then the run's final status.
+        case.late_events = [
+            ev("lease.released", released),
+            ev(
+                "run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": "failed"}
+            ),
+        ]
+    if shape == "preserved_cleared":
+        # Mid-wave: Paperclip's recovery saved the files and cleared the writer hold.
+        case.late_events = [
+            ev(
+                "workspace.upserted",
+                {
+                    "workspace_id": ids["ws"],
+                    "issue_id": ids["issue"],
+                    "save_state": "saved",
+                    "writer_run_id": None,
+                },
+            )
+        ]
     if receipt:
         out.append(
             ev(
@@ -344,7 +534,7 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
                 },
             )
         )
-    if kind == "closed_restore_source":
+    if kind == "closed_restore_source" and shape != "no_recovery":
         out.append(
             ev(
                 "recovery_action.upserted",

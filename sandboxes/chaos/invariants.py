@@ -17,6 +17,8 @@ Definitions (what each number in the report counts):
 - lost file: an added or changed file seeded on a sandbox that was destroyed
   and is not in a verified `salvage_export` with the same sha256 whose stored
   bytes still hash to it.
+- left running: a sandbox still `started` at the end that the rules say must
+  stop (a correction's, or one that had to be retired).
 - orphan: a sandbox alive at the provider that nothing will retire: no lease
   names it, its newest lease says `expired`, its record says `retired`, or it
   had to be retired and its record was closed without retiring it.
@@ -202,7 +204,10 @@ def kept_violations(fleet: Fleet, calls: list[dict], alive: dict[str, str]) -> l
             ).exists():
                 problems.append("no stop_and_retain receipt")
         if record is None:
-            problems.append("never listed")
+            if case.final_stage is not None:
+                problems.append("never listed")
+        elif case.final_stage is None:
+            problems.append(f"listed ({record.kind}, {record.stage}) although no candidate")
         else:
             if case.final_stage and record.stage != case.final_stage:
                 problems.append(f"stage {record.stage}, expected {case.final_stage}")
@@ -230,3 +235,14 @@ def retired_ok(case: Case, alive: dict[str, str]) -> list[str]:
     if lease is not None and (lease.status, lease.cleanup_status) != ("expired", "success"):
         problems.append(f"lease {lease.status}/{lease.cleanup_status}")
     return problems
+
+
+def left_running(fleet: Fleet, alive: dict[str, str]) -> list[dict]:
+    """Sandboxes still running at the end that the rules say must stop: a
+    correction (an unsuccessful run kept running, seed 002) or a sandbox that
+    had to be retired (a superseded warm one is stopped first, seed 001)."""
+    return [
+        {"sandbox": c.sandbox_id, "case": c.name, "state": alive[c.sandbox_id]}
+        for c in fleet.cases
+        if c.expect in (STOPPED, RETIRED) and alive.get(c.sandbox_id) == "started"
+    ]

@@ -41,6 +41,8 @@ SCENARIOS = (
     "k2_provider_faults",
     "k3_db_dropped",
     "k4_workers_race",
+    "k5_budget_outlasted",
+    "issue10_rules",
 )
 KILL_POINTS = ("compare", "export", "retire")
 _STAGE_OF = {"compare": "comparing", "export": "exporting", "retire": "retiring"}
@@ -81,6 +83,7 @@ class _State:
     k1: list = field(default_factory=list)
     k3: list = field(default_factory=list)
     racers: int = 0
+    k5: list = field(default_factory=list)
     clock_skips: int = 0
     approvals: int = 0
     phases: dict = field(default_factory=dict)
@@ -306,11 +309,23 @@ class Wave:
             ]
             stuck = True
         control.faults(script=self.k2_script + self._k1_rules())
+        self._k5_start(fleet, control, started)
         self.k1_armed_at = time.monotonic()
         self.log(f"faults on: {glob}")
         for _ in range(self.o.workers):
             sup.start()
         self.log(f"{self.o.workers} workers started")
+        # The fault timeline starts once the workers are up: on a loaded machine
+        # a worker's Django start takes many seconds, and K2's windows and K3's
+        # drops would otherwise pass while no worker is connected or working.
+        ready_by = time.monotonic() + 120
+        while time.monotonic() < ready_by and not all(
+            any(line.startswith("READY") for line in w.log) for w in sup.live()
+        ):
+            time.sleep(0.1)
+        waited = time.monotonic() - started
+        started = time.monotonic()
+        self.log(f"workers ready after {waited:.1f}s; fault timeline starts")
         stuck_at, unstuck_at = started + 2.5, started + 6.0
         late_at = started + 3.0
         k3_at = [started + 4.0, started + 8.0] if self._on("k3_db_dropped") else []
@@ -344,6 +359,7 @@ class Wave:
             if points:
                 self._try_kill(points, sup)
             sup.reap(self.o.workers)
+            self._k5_release(control)
             self._housekeeping()
             if now - last_line >= 1.0:
                 last_line = now
@@ -356,14 +372,92 @@ class Wave:
             time.sleep(0.02)
         self.state.phases["fault_seconds"] = round(time.monotonic() - started, 2)
 
+    # --- K5: a provider fault that outlasts a step's budget ----------------------------
+
+    def _k5_start(self, fleet: Fleet, control, started: float) -> None:
+        """The `outlast` cases' sandboxes sit in a transition (`stopping`) for
+        longer than a worker's step budget: every start, stop and delete answers
+        409 "state change in progress" until then. Their step fails for real
+        (budget exhausted), the record waits out its real backoff (the harness
+        does not skip it for these), retries and converges."""
+        self.k5_cases = [c for c in fleet.cases if c.shape == "outlast"]
+        self.k5_pending: set[str] = set()
+        if not self._on("k5_budget_outlasted") or not self.k5_cases:
+            return
+        for case in self.k5_cases:
+            control.sandbox(case.sandbox_id, state="stopping", stuck=True)
+            self.k5_pending.add(case.sandbox_id)
+        self.k5_deadline = started + 4 * self.o.step_budget
+        self.log(
+            f"K5: {len(self.k5_cases)} sandboxes stuck in a transition until a step on each "
+            f"has run out its budget ({self.o.step_budget}s)"
+        )
+
+    def _k5_release(self, control) -> None:
+        """A stuck sandbox settles once its record's step has failed for real (a
+        `retirement.failed` audit row naming the exhausted budget), or at the
+        latest 4 budgets after the fault began (the verdict then says so)."""
+        if not self.k5_pending:
+            return
+        from sandboxes.models import AuditEvent
+
+        failed = set(
+            AuditEvent.objects.filter(
+                sandbox_id__in=list(self.k5_pending), action="retirement.failed"
+            ).values_list("sandbox_id", flat=True)
+        )
+        late = time.monotonic() >= self.k5_deadline
+        for sid in sorted(self.k5_pending):
+            if sid in failed or late:
+                with contextlib.suppress(httpx.HTTPStatusError):
+                    control.sandbox(sid, stuck=None)  # it settles `stopped`
+                self.k5_pending.discard(sid)
+                self.log(f"K5: {sid} settles ({'its step failed' if sid in failed else 'late'})")
+
+    def _k5_problems(self, fleet: Fleet, alive: dict) -> list[str]:
+        from sandboxes.models import AuditEvent, Receipt
+        from sandboxes.reconciler.machine import BACKOFF_FIRST
+
+        problems = []
+        for case in self.k5_cases:
+            problems += [f"{case.name}: {p}" for p in inv.retired_ok(case, alive)]
+            failures = list(
+                AuditEvent.objects.filter(
+                    sandbox_id=case.sandbox_id, action="retirement.failed"
+                ).order_by("at")
+            )
+            if not failures:
+                problems.append(f"{case.name}: no step failed (the fault did not outlast it)")
+                continue
+            if not any("budget" in (f.reason or "") for f in failures):
+                problems.append(f"{case.name}: no failure names the exhausted budget")
+            retired = Receipt.objects.filter(
+                provider_lease_id=case.sandbox_id, kind="retirement"
+            ).first()
+            if retired is not None:
+                waited = (retired.created_at - failures[0].at).total_seconds()
+                if waited < BACKOFF_FIRST:
+                    problems.append(
+                        f"{case.name}: retried {waited:.0f}s after failing, before its backoff"
+                    )
+                self.state.k5.append(
+                    {"case": case.name, "failures": len(failures), "converged_after": waited}
+                )
+        return problems
+
     def _try_kill(self, points: list[str], sup: Supervisor) -> None:
         from django.utils import timezone
 
         from sandboxes.models import Retirement
 
-        rows = Retirement.objects.filter(
-            stage__in=[_STAGE_OF[p] for p in points], claimed_until__gt=timezone.now()
-        ).values_list("pk", "attempt_id", "stage")
+        rows = (
+            Retirement.objects.filter(
+                stage__in=[_STAGE_OF[p] for p in points], claimed_until__gt=timezone.now()
+            )
+            # K5's steps must run out their budget, not be cut short by a kill.
+            .exclude(provider_lease_id__in=[c.sandbox_id for c in getattr(self, "k5_cases", ())])
+            .values_list("pk", "attempt_id", "stage")
+        )
         for pk, attempt, stage in rows:
             point = next(p for p in points if _STAGE_OF[p] == stage)
             owner = sup.owner_of(str(attempt))
@@ -429,10 +523,14 @@ class Wave:
 
         now = timezone.now()
         unclaimed = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
-        # Retry backoff is 30 s doubling to 30 min; a wave skips the wait.
-        self.state.clock_skips += Retirement.objects.filter(
-            unclaimed, stage="failed", next_attempt_at__gt=now
-        ).update(next_attempt_at=now)
+        # Retry backoff is 30 s doubling to 30 min; a wave skips the wait, except
+        # for K5's cases, which wait it out for real.
+        real = [c.sandbox_id for c in getattr(self, "k5_cases", ())]
+        self.state.clock_skips += (
+            Retirement.objects.filter(unclaimed, stage="failed", next_attempt_at__gt=now)
+            .exclude(provider_lease_id__in=real)
+            .update(next_attempt_at=now)
+        )
         for pk in Retirement.objects.filter(
             stage="awaiting_approval", environment__retirement_mode="manual"
         ).values_list("pk", flat=True):
@@ -465,8 +563,9 @@ class Wave:
         control.faults(script=self._k1_rules(), **{k: defaults[k] for k in self.state.faults["k2"]})
         self.k1_armed_at = time.monotonic()
         alive = self._alive()
+        outlasting = set(self.k5_pending)
         for case in fleet.cases:
-            if case.sandbox_id in alive:
+            if case.sandbox_id in alive and case.sandbox_id not in outlasting:
                 # A sandbox destroyed since the listing answers 404.
                 with contextlib.suppress(httpx.HTTPStatusError):
                     control.sandbox(case.sandbox_id, stuck=None, transition_seconds=None)
@@ -485,6 +584,7 @@ class Wave:
                     continue
             last_check = time.monotonic()
             sup.reap(self.o.workers)
+            self._k5_release(control)
             self._housekeeping()
             missing = self._unconverged(fleet)
             if not missing:
@@ -600,11 +700,12 @@ class Wave:
         lost, unrecorded = inv.lost_files(fleet, gone, self.media)
         orphans = inv.orphans(fleet, alive)
         kept = inv.kept_violations(fleet, calls, alive)
+        running = inv.left_running(fleet, alive)
         statuses = {}
         for c in calls:
             statuses[str(c["status"])] = statuses.get(str(c["status"]), 0) + 1
         converged = converged_in is not None and not stable["changed"]
-        safe = not (unsafe or dupes or lost or orphans)
+        safe = not (unsafe or dupes or lost or orphans or running)
 
         results: dict[str, dict] = {}
 
@@ -679,6 +780,20 @@ class Wave:
         if not safe:
             k2_problems.append("a safety invariant failed")
         verdict("k2_provider_faults", k2_problems)
+        verdict(
+            "k5_budget_outlasted",
+            self._k5_problems(fleet, alive) if self._on("k5_budget_outlasted") else [],
+        )
+        rules = []
+        for case in fleet.cases:
+            if not case.shape or case.shape == "outlast":
+                continue
+            if case.expect == RETIRED:
+                rules += [f"{case.name}: {p}" for p in inv.retired_ok(case, alive)]
+        rules += [
+            f"{k['case']}: {p}" for k in kept if fleet.named(k["case"]).shape for p in k["problems"]
+        ]
+        verdict("issue10_rules", rules)
         k3_problems = []
         if not any(k["terminated"] for k in self.state.k3):
             k3_problems.append("no worker database connection was terminated")
@@ -715,6 +830,7 @@ class Wave:
             "scenarios_total": len(results),
             "scenarios": results,
             "orphans": orphans,
+            "left_running": running,
             "unsafe_destroys": unsafe,
             "lost_files": lost,
             "duplicate_destroys": dupes,
@@ -744,6 +860,7 @@ class Wave:
                 "k3_drops": self.state.k3,
                 "k4_racers": self.state.racers,
                 "k4_overlapping_passes": overlaps,
+                "k5_outlasted": self.state.k5,
             },
             "workers": {
                 "started": sup.started,
@@ -802,6 +919,7 @@ def format_report(report: dict) -> str:
     kept = report["kept"]
     lines += [
         f"  orphans: {len(report['orphans'])}",
+        f"  left running that must stop: {len(report.get('left_running', []))}",
         f"  unsafe destroys: {len(report['unsafe_destroys'])}",
         f"  lost files: {len(report['lost_files'])}",
         f"  duplicate destroys: {len(report['duplicate_destroys'])}",
@@ -811,7 +929,8 @@ def format_report(report: dict) -> str:
         f"  fleet: {report['fleet']}",
         f"  K1 kills: {[(k['point'], k['in_step']) for k in report['faults']['k1_kills']]}; "
         f"K3 drops: {report['faults']['k3_drops']}; "
-        f"K4 overlapping passes: {report['faults']['k4_overlapping_passes']}",
+        f"K4 overlapping passes: {report['faults']['k4_overlapping_passes']}; "
+        f"K5 outlasted a step budget: {report['faults'].get('k5_outlasted', [])}",
         f"  workers: {report['workers']['started']} started, {report['workers']['killed']} killed,"
         f" {len(report['workers']['crashed'])} crashed",
         f"  harness shortcuts (not production behaviour): "

@@ -51,6 +51,7 @@ from sandboxes.models.choices import (
 from sandboxes.notifications import events as notify
 from sandboxes.proof import (
     PROOF_KINDS,
+    REPLACEMENT,
     Proof,
     fingerprint_of,
     has_approval,
@@ -354,7 +355,10 @@ def _wait(r: Retirement, stage: str, next_attempt_at=None) -> None:
 
 def proof_key_of(proof) -> str:
     """The receipt a proof rests on: an approval or a notice is bound to it."""
-    return str(proof.receipt.pk) if proof and proof.receipt is not None else ""
+    if not proof:
+        return ""
+    # resume_failed's proof is its replacement, not a receipt (seed 004).
+    return str(proof.receipt.pk) if proof.receipt is not None else REPLACEMENT
 
 
 def _give_notice(r: Retirement, proof_key: str, now) -> None:

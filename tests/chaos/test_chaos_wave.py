@@ -23,6 +23,8 @@ SHORT = (
     "k2_provider_faults",
     "k3_db_dropped",
     "k4_workers_race",
+    "k5_budget_outlasted",
+    "issue10_rules",
 )
 
 
@@ -65,7 +67,7 @@ def test_a_short_wave_passes(tmp_path):
             "--fault-seconds",
             "8",
             "--converge-timeout",
-            "90",
+            "150",
             "--report",
             str(report),
         ],
@@ -73,13 +75,14 @@ def test_a_short_wave_passes(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=420,
     )
     assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(report.read_text())
     summary = done.stdout[-2500:]
     assert result["scenarios_passed"] == result["scenarios_total"] == len(SHORT), summary
     assert result["orphans"] == [], summary
+    assert result["left_running"] == [], summary
     assert result["unsafe_destroys"] == [], summary
     assert result["lost_files"] == [], summary
     assert result["duplicate_destroys"] == [], summary
@@ -87,6 +90,11 @@ def test_a_short_wave_passes(tmp_path):
     assert result["converged"] and done.returncode == 0, summary
     # K1 landed in each step; K3 dropped connections and no worker died of it.
     assert {k["point"] for k in result["faults"]["k1_kills"]} == {"compare", "export", "retire"}
+    # K5: each outlast case failed for real (budget exhausted), waited out its
+    # real backoff, retried and converged (issue 10, "Done when").
+    outlasted = result["faults"]["k5_outlasted"]
+    assert {k["case"] for k in outlasted} == {"outlast-abandoned", "outlast-resume-failed"}
+    assert all(k["failures"] >= 1 and k["converged_after"] >= 30 for k in outlasted)
     assert result["workers"]["crashed"] == [], summary
     # The harness's shortcuts are reported, not hidden.
     assert set(result["harness_shortcuts"]) == {

@@ -15,7 +15,8 @@ class Command(BaseCommand):
     help = (
         "Run one chaos wave: a seeded fleet through the ingest API, reconciler workers "
         "under faults (K1 SIGKILL mid-step, K2 provider faults, K3 database drops, "
-        "K4 racing workers), then convergence and invariant checks. Uses a scratch "
+        "K4 racing workers, K5 provider faults that outlast a step's budget), then "
+        "convergence and invariant checks. Uses a scratch "
         "database beside DATABASE_URL and the provider simulator on loopback. "
         "Exits 1 when any scenario or invariant fails."
     )
@@ -38,6 +39,12 @@ class Command(BaseCommand):
         parser.add_argument("--fault-seconds", type=float, default=12.0)
         parser.add_argument("--scale", type=int, default=1, help="multiply the retire cases")
         parser.add_argument("--keep-db", action="store_true", help="keep the scratch database")
+        parser.add_argument(
+            "--step-budget",
+            type=int,
+            default=20,
+            help="the workers' per-step provider budget in seconds (k5 outlasts it)",
+        )
 
     def handle(self, *args, **o):
         if o["workers"] < 2:
@@ -52,6 +59,7 @@ class Command(BaseCommand):
             scale=o["scale"],
             report=o["report"],
             keep_db=o["keep_db"],
+            step_budget=o["step_budget"],
         )
         result = Wave(options, say=lambda line: self.stdout.write(line)).run()
         self.stdout.write(format_report(result.report))
