@@ -183,6 +183,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BYTES + 1024
 # Providers (DOMAIN §3). Tokens only ever come from the environment.
 DAYTONA_API_URL = os.environ.get("DAYTONA_API_URL", "")
 DAYTONA_API_KEY = os.environ.get("DAYTONA_API_KEY", "")
+# The variables an environment's api_key_env may name (never the console's own
+# secrets: SECRET_KEY, database or Redis credentials are refused regardless).
+PROVIDER_API_KEY_VARIABLES = envlist("PROVIDER_API_KEY_VARIABLES", ["DAYTONA_API_KEY"])
 # Hosts besides the API's own that may receive DAYTONA_API_KEY as the toolbox
 # proxy (Daytona's cloud: proxy.app.daytona.io); a toolboxProxyUrl naming any
 # other host is refused.

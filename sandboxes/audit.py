@@ -17,6 +17,9 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "token.revoke": "revoked an API token",
         "user.grant_role": "granted a role",
     },
+    "Anyone with a console role": {
+        "retirement.ask_provider": "asked the provider for a sandbox's state",
+    },
     "Notification channels (admins)": {
         "channel.create": "added a notification channel",
         "channel.update": "changed a notification channel",

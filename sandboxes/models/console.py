@@ -7,6 +7,9 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
+from django.utils import timezone
 
 from .choices import (
     STAGES_CLOSED,
@@ -273,7 +276,30 @@ class ApiToken(models.Model):
 
     @classmethod
     def authenticate(cls, raw: str) -> "ApiToken | None":
-        return cls.objects.filter(token_hash=hash_token(raw), revoked_at__isnull=True).first()
+        """The live token with this value; None when unknown, revoked or suspended."""
+        token = (
+            cls.objects.select_related("created_by")
+            .filter(token_hash=hash_token(raw), revoked_at__isnull=True)
+            .first()
+        )
+        if token is None or token.suspended_reason:
+            return None
+        return token
+
+    @property
+    def suspended_reason(self) -> str:
+        """Why the token no longer works although nobody revoked it: whoever
+        minted it in the console has since lost the role that could. (A token
+        made with `manage.py create_token` has no creator and answers to
+        whoever runs the server.)"""
+        creator = self.created_by
+        if creator is None:
+            return ""
+        if not creator.is_active:
+            return f"its creator {creator.get_username()} is deactivated"
+        if not creator.has_perm("sandboxes.manage_tokens"):
+            return f"its creator {creator.get_username()} may no longer manage tokens"
+        return ""
 
 
 class IngestedEvent(models.Model):
@@ -325,3 +351,12 @@ class ReconcilerPass(models.Model):
         if self.finished_at is None:
             return None
         return (self.finished_at - self.started_at).total_seconds()
+
+
+@receiver(pre_delete, sender=settings.AUTH_USER_MODEL)
+def _revoke_tokens_of_deleted_user(sender, instance, **kwargs):
+    """Deleting a user would null `created_by` and make their tokens look like
+    server-made ones; revoke them first instead."""
+    ApiToken.objects.filter(created_by=instance, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from sandboxes import actions
+from sandboxes import actions, audit
 from sandboxes.costs import daily_cost, daily_cost_expression
 from sandboxes.forms import AttestForm, KeptFilterForm, ReasonForm
 from sandboxes.models import (
@@ -361,6 +361,15 @@ def provider_state(request, pk):
         state = provider.get(r.provider_lease_id).state
     except (ProviderError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"
+    # A call to the provider with the environment's credentials, on a person's
+    # request: the audit trail says who asked and what came back.
+    audit.record(
+        actor=request.user,
+        action="retirement.ask_provider",
+        obj=r,
+        reason="Ask the provider now",
+        after={"provider_state": str(state) if state else None, "error": error[:500]},
+    )
     context = {"r": r, "state": state, "error": error, "asked_at": timezone.now()}
     if request.htmx:
         return render(request, "sandboxes/detail.html#provider_state", context)

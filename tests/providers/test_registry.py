@@ -22,17 +22,21 @@ def test_local_uses_the_configured_root(settings, tmp_path):
 
 
 def test_daytona_clients_are_shared_per_url_and_key_variable(settings):
-    settings.DAYTONA_API_URL = "http://daytona.example/api"
+    settings.PROVIDER_API_KEY_VARIABLES = ["DAYTONA_API_KEY", "OTHER_KEY"]
+    settings.DAYTONA_API_URL = "https://daytona.example/api"
     default = get_provider("daytona")
     assert isinstance(default, DaytonaProvider)
-    assert default.api_url == "http://daytona.example/api"
+    assert default.api_url == "https://daytona.example/api"
     assert get_provider("daytona", api_url=None) is default
-    other = get_provider("daytona", api_url="http://other.example", api_key_env="OTHER_KEY")
+    other = get_provider("daytona", api_url="https://other.example", api_key_env="OTHER_KEY")
     assert other is not default
-    assert get_provider("daytona", api_url="http://other.example", api_key_env="OTHER_KEY") is other
+    assert (
+        get_provider("daytona", api_url="https://other.example", api_key_env="OTHER_KEY") is other
+    )
 
 
-def test_the_token_is_read_from_the_environment_at_call_time(simulator, monkeypatch):
+def test_the_token_is_read_from_the_environment_at_call_time(simulator, monkeypatch, settings):
+    settings.PROVIDER_API_KEY_VARIABLES = ["SIM_KEY"]
     monkeypatch.delenv("SIM_KEY", raising=False)
     provider = get_provider("daytona", api_url=simulator.url, api_key_env="SIM_KEY")
     assert "test-key" not in repr(vars(provider))
@@ -51,6 +55,6 @@ def test_unknown_providers_and_missing_urls_are_refused(settings):
 def test_provider_settings_default_from_django(settings):
     settings.PROVIDER_STEP_BUDGET_SECONDS = 12
     settings.PROVIDER_MAX_CONCURRENCY = 3
-    settings.DAYTONA_API_URL = "http://x.example"
+    settings.DAYTONA_API_URL = "https://x.example"
     provider = get_provider("daytona")
     assert provider.budget_seconds == 12 and provider.max_concurrency == 3

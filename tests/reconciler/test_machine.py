@@ -723,14 +723,15 @@ def test_a_lease_on_another_provider_than_its_environment_is_refused(warm, local
     assert local.inner.get(lease.provider_lease_id).state == "stopped"
 
 
-def test_the_default_client_is_for_the_lease_provider_with_the_environment_settings():
+def test_the_default_client_is_for_the_lease_provider_with_the_environment_settings(settings):
     from sandboxes.providers.daytona import DaytonaProvider
 
+    settings.PROVIDER_API_KEY_VARIABLES = ["X_KEY"]
     env = f.EnvironmentFactory(
-        provider=m.ProviderName.DAYTONA, api_url="http://daytona.test/api", api_key_env="X_KEY"
+        provider=m.ProviderName.DAYTONA, api_url="https://daytona.test/api", api_key_env="X_KEY"
     )
     client = machine.Worker().provider(env, m.ProviderName.DAYTONA)
-    assert isinstance(client, DaytonaProvider) and client.api_url == "http://daytona.test/api"
+    assert isinstance(client, DaytonaProvider) and client.api_url == "https://daytona.test/api"
     with pytest.raises(machine.ProviderMismatch):
         machine.Worker().provider(env, m.ProviderName.LOCAL)
 

@@ -113,6 +113,7 @@ def test_the_reconciler_records_the_refusal_on_the_retirement(
     settings.MEDIA_ROOT = tmp_path / "media"
     settings.PROVIDER_STEP_BUDGET_SECONDS = 5
     monkeypatch.setenv("SIM_TOOLBOX_KEY", API_KEY)
+    settings.PROVIDER_API_KEY_VARIABLES = ["SIM_TOOLBOX_KEY"]
     reset_providers()
     env = f.EnvironmentFactory(
         provider="daytona",
