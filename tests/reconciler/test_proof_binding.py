@@ -382,3 +382,36 @@ def test_the_page_computes_the_same_fingerprint_as_the_gate(warm):
     lease = m.EnvironmentLease.objects.select_related("execution_workspace").get(pk=lease.pk)
     assert fingerprint_from(r, lease, receipts) == fingerprint_of(r)
     assert fingerprint_of(r)["run_id"] == str(lease.heartbeat_run_id)
+
+
+@pytest.mark.parametrize("move", sorted(MOVES))
+def test_every_kind_proved_by_a_receipt_refuses_a_destroy_on_a_void_proof(move, warm, local):
+    """abandoned_warm, closed_restore_source and done_task_warm: the one destroy
+    path refuses each of them once what the proof saw has moved on."""
+    from .test_machine import _kind_leases
+
+    leases = _kind_leases(warm)
+    sync_retirements()
+    change, words = MOVES[move]
+    for lease in leases:
+        r = retirement_of(lease)
+        assert r is not None and r.kind != m.RetirementKind.RESUME_FAILED, lease
+        f.ReceiptFactory(
+            lease=lease,
+            retirement=r,
+            kind=m.ReceiptKind.SALVAGE_COMPARE,
+            state=None,
+            actor="system",
+            payload={"clean": True, "added": [], "changed": [], "deleted": []},
+        )
+        change(lease)
+        _retire(r, local)
+        assert r.stage == m.Stage.COMPARING, (r.kind, r.stage)
+        void = m.AuditEvent.objects.get(action="retirement.proof_void", object_id=str(r.pk))
+        assert void.reason == words.format("compare")
+    assert {retirement_of(x).kind for x in leases} == {
+        m.RetirementKind.ABANDONED_WARM,
+        m.RetirementKind.CLOSED_RESTORE_SOURCE,
+        m.RetirementKind.DONE_TASK_WARM,
+    }
+    assert local.count("destroy") == 0
