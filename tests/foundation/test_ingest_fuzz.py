@@ -2,6 +2,7 @@
 
 import copy
 import json
+from datetime import UTC, datetime
 
 import pytest
 from django.apps import apps
@@ -193,4 +194,96 @@ def test_arbitrary_json_never_errors_or_writes(post, payload):
         assert response.status_code == 200
     else:
         assert response.status_code == 400, response.content
+    assert counts() == before
+
+
+# --- issue 13: over-long strings, nested JSON and future dates, for every field ---------
+
+
+def _string_fields(events):
+    """(event index, key) of every string value an event's data carries, and the
+    envelope's id: every one has a length limit (the longest is 1,000)."""
+    out = [(i, None) for i in range(len(events))]
+    for i, e in enumerate(events):
+        out += [(i, k) for k, v in e["data"].items() if isinstance(v, str)]
+    return out
+
+
+@st.composite
+def over_long(draw):
+    events = valid_batch()
+    index, key = draw(st.sampled_from(_string_fields(events)))
+    text = draw(st.text(st.characters(codec="utf-8"), min_size=1, max_size=5)) * 1001
+    value = text[: draw(st.integers(1001, 5000))]
+    if key is None:
+        events[index]["id"] = value
+        return {"events": events}, index, "id"
+    events[index]["data"][key] = value
+    return {"events": events}, index, f"data.{key}"
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=over_long())
+def test_an_over_long_string_in_any_field_is_refused_naming_it(post, case):
+    payload, index, path = case
+    before = counts()
+    response = post(json.dumps(payload))
+    assert response.status_code == 400, response.content[:300]
+    assert (index, path) in {(e["index"], e["path"]) for e in response.json()["errors"]}
+    assert counts() == before
+
+
+def _nest(depth: int, leaf, as_dict: bool):
+    for _ in range(depth):
+        leaf = {"k": leaf} if as_dict else [leaf]
+    return leaf
+
+
+@st.composite
+def deeply_nested(draw):
+    events = valid_batch()
+    index = draw(st.integers(0, len(events) - 1))
+    target = events[index]["data"]
+    key = draw(st.sampled_from([*target, "metadata", "evidence", "extra"]))
+    target[key] = _nest(
+        draw(st.integers(64, 400)), draw(st.none() | st.text(max_size=3)), draw(st.booleans())
+    )
+    return {"events": events}
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(payload=deeply_nested())
+def test_deeply_nested_json_in_any_field_is_a_400(post, payload):
+    before = counts()
+    response = post(json.dumps(payload))
+    assert response.status_code == 400, response.content[:300]
+    [error] = response.json()["errors"]
+    assert "nested deeper than" in error["message"]
+    assert counts() == before
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    index=st.integers(0, 9),
+    when=st.datetimes(min_value=datetime(2027, 1, 1), max_value=datetime(9999, 12, 31)),
+)
+def test_a_future_dated_event_of_any_type_is_refused(post, index, when):
+    events = valid_batch()
+    events[index]["occurred_at"] = when.replace(tzinfo=UTC).isoformat()
+    before = counts()
+    response = post(json.dumps({"events": events}))
+    assert response.status_code == 400
+    assert (index, "occurred_at") in {(e["index"], e["path"]) for e in response.json()["errors"]}
     assert counts() == before

@@ -39,6 +39,15 @@ bodies = st.one_of(
     st.builds(json.dumps, json_value),
     st.binary(max_size=40),
     st.sampled_from(["", "{", "null", "[]", '{"reason": 1}', '{"reason": ["x"]}']),
+    # Issue 13: nested deeper than the parser or the console allows, and reasons
+    # around the 2,000-character limit.
+    st.builds(
+        lambda depth, open_, close: '{"reason": "x", "n": ' + open_ * depth + close * depth + "}",
+        st.integers(60, 20_000),
+        st.sampled_from(["[", '{"a":']),
+        st.sampled_from(["]", "}"]),
+    ),
+    st.builds(lambda n: json.dumps({"reason": "r" * n}), st.integers(1_990, 2_100)),
 )
 
 
@@ -164,3 +173,27 @@ def test_ingest_refuses_nul_whole_batch(ingest_token, events):
         errors = response.json()["errors"]
         assert errors and all({"index", "path", "message"} <= set(e) for e in errors)
         assert snapshot() == before
+
+
+# --- issue 13: wrong-type cursors on the read API -----------------------------------------
+
+
+@settings(FUZZ, max_examples=80)
+@given(
+    value=json_value,
+    pk=st.one_of(weird_text, st.integers(), st.none(), st.lists(st.integers(), max_size=2)),
+    kind=st.sampled_from(["raw", "dt", None, 1]),
+    junk=st.one_of(st.none(), st.binary(max_size=30)),
+)
+def test_no_cursor_causes_a_500(world, operator_token, value, pk, kind, junk):
+    import base64
+
+    _, raw = operator_token
+    data = junk if junk is not None else json.dumps({"t": kind, "v": value, "id": pk}).encode()
+    cursor = base64.urlsafe_b64encode(data).decode().rstrip("=")
+    response = client_for().get(
+        "/api/v1/kept-sandboxes", {"cursor": cursor}, HTTP_AUTHORIZATION=f"Bearer {raw}"
+    )
+    assert response.status_code in (200, 400), response.content[:300]
+    if response.status_code == 400:
+        assert response.json()["field"] == "cursor"

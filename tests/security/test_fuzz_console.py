@@ -26,6 +26,12 @@ nasty = st.sampled_from(
         "a\x00b",
         "x" * 2001,
         "x" * 2000,
+        # Issue 13: just over each column and form limit (token names: 190).
+        "n" * 191,
+        "n" * 201,
+        "w" * 501,
+        "/home/daytona/../../etc",
+        "/",
         "../etc",
         "/abs/../x",
         "-1",
