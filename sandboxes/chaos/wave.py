@@ -630,17 +630,20 @@ class Wave:
         now = timezone.now()
         if Retirement.objects.filter(claimed_until__gt=now).exists():
             return ["claims still live"]
-        stages = {}
-        for sid, stage in Retirement.objects.order_by("listed_at").values_list(
-            "provider_lease_id", "stage"
+        stages, errors = {}, {}
+        for sid, stage, error in Retirement.objects.order_by("listed_at").values_list(
+            "provider_lease_id", "stage", "last_error"
         ):
             stages[sid] = stage
+            errors[sid] = error
         alive = self._alive()
         missing = []
         for case in fleet.cases:
             stage = stages.get(case.sandbox_id)
             if case.expect == RETIRED and stage != "retired":
-                missing.append(f"{case.name}: {stage}")
+                # A failing record says why, so an unconverged wave can be read.
+                why = f" ({errors[case.sandbox_id][:200]})" if stage == "failed" else ""
+                missing.append(f"{case.name}: {stage}{why}")
             elif case.expect in (KEPT, STOPPED) and stage != case.final_stage:
                 missing.append(f"{case.name}: {stage} (want {case.final_stage})")
             elif case.expect == STOPPED and alive.get(case.sandbox_id) != "stopped":
