@@ -382,12 +382,13 @@ class Wave:
         does not skip it for these), retries and converges."""
         self.k5_cases = [c for c in fleet.cases if c.shape == "outlast"]
         self.k5_pending: set[str] = set()
+        self.k5_claimed: dict[str, float] = {}
         if not self._on("k5_budget_outlasted") or not self.k5_cases:
             return
         for case in self.k5_cases:
             control.sandbox(case.sandbox_id, state="stopping", stuck=True)
             self.k5_pending.add(case.sandbox_id)
-        self.k5_deadline = started + 4 * self.o.step_budget
+        self.k5_deadline = started + self.o.fault_seconds + self.o.converge_timeout / 2
         self.log(
             f"K5: {len(self.k5_cases)} sandboxes stuck in a transition until a step on each "
             f"has run out its budget ({self.o.step_budget}s)"
@@ -395,19 +396,31 @@ class Wave:
 
     def _k5_release(self, control) -> None:
         """A stuck sandbox settles once its record's step has failed for real (a
-        `retirement.failed` audit row naming the exhausted budget), or at the
-        latest 4 budgets after the fault began (the verdict then says so)."""
+        `retirement.failed` audit row naming the exhausted budget). A step that
+        somehow outlives two budgets after its first claim, or a record never
+        claimed before the converge timeout, settles anyway (the verdict says
+        so). Timed from the first claim, not the wave's start: on a loaded
+        machine a record may wait long before a worker reaches it."""
         if not self.k5_pending:
             return
-        from sandboxes.models import AuditEvent
+        from sandboxes.models import AuditEvent, Retirement
 
+        pending = list(self.k5_pending)
         failed = set(
             AuditEvent.objects.filter(
-                sandbox_id__in=list(self.k5_pending), action="retirement.failed"
+                sandbox_id__in=pending, action="retirement.failed"
             ).values_list("sandbox_id", flat=True)
         )
-        late = time.monotonic() >= self.k5_deadline
-        for sid in sorted(self.k5_pending):
+        now = time.monotonic()
+        for sid in Retirement.objects.filter(
+            provider_lease_id__in=pending, attempt_id__isnull=False
+        ).values_list("provider_lease_id", flat=True):
+            self.k5_claimed.setdefault(sid, now)
+        for sid in sorted(pending):
+            first = self.k5_claimed.get(sid)
+            late = now >= self.k5_deadline or (
+                first is not None and now >= first + 2 * self.o.step_budget + 10
+            )
             if sid in failed or late:
                 with contextlib.suppress(httpx.HTTPStatusError):
                     control.sandbox(sid, stuck=None)  # it settles `stopped`
