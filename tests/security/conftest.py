@@ -80,6 +80,9 @@ def world(db):
         ),
         "token": token,
         "token_raw": raw,
+        "task": awaiting.lease.issue,
+        # Somebody whose role an admin can change (never the acting user).
+        "member": UserFactory(username="member-sec"),
     }
 
 

@@ -213,6 +213,33 @@ CHANNEL_ACTIONS = [
     ),
 ]
 ACTIONS += CHANNEL_ACTIONS
+ACTIONS += [
+    Action(
+        "environment-prices",
+        ADMINS_ONLY,
+        "environment.edit_prices",
+        "environment",
+        lambda w: {
+            f"price-{w['environment'].pk}-{k}": v
+            for k, v in {
+                "price_currency": "EUR",
+                "price_vcpu_hour_running": "0.05",
+                "reason": "security test",
+            }.items()
+        },
+        302,
+        may_change=frozenset({"price_currency", "price_vcpu_hour_running", "updated_at"}),
+    ),
+    Action(
+        "user-role",
+        ADMINS_ONLY,
+        "user.grant_role",
+        None,  # the role lives in the groups table, not on the user row
+        lambda w: {"role": "operator", "reason": "security test"},
+        302,
+        url_target="member",
+    ),
+]
 ACTIONS_BY_NAME = {a.name: a for a in ACTIONS}
 
 # Read-only console pages: login and a console role, GET only.
@@ -231,7 +258,26 @@ PAGES = {
     "tokens": None,
     "channels": "environment",
     "channel-detail": "channel",
+    "task": "task",
+    "users": None,
+    "sandbox-by-id": "awaiting",
 }
+
+
+def page_url(name: str, world) -> str:
+    """The URL of a read-only page for the objects of the security world."""
+    target = PAGES[name]
+    if target is None:
+        return reverse(name)
+    if target == "attachment":
+        from tests.factories import AttachmentFactory
+
+        return reverse(name, kwargs={"pk": AttachmentFactory().pk})
+    if name == "sandbox-by-id":
+        return reverse(name, kwargs={"sandbox_id": world[target].provider_lease_id})
+    return reverse(name, kwargs={"pk": world[target].pk})
+
+
 # Session endpoints with their own rules (tested in test_session / test_login_limit).
 SESSION = {"login", "logout", "admin-login"}
 # Bearer-token machine API: POST endpoints and GET reads.

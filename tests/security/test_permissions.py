@@ -60,6 +60,8 @@ def test_operators_cannot_attest_edit_policy_or_manage_tokens(users, world):
         "channel-rotate",
         "channel-test",
         "channel-delete",
+        "environment-prices",
+        "user-role",
     }
 
 

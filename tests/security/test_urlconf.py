@@ -4,10 +4,9 @@ import pytest
 from django.urls import reverse
 
 from sandboxes.api.kept_sandboxes import ACTIONS as API_ACTION_FUNCTIONS
-from tests.factories import AttachmentFactory
 
 from .conftest import client_for, snapshot
-from .endpoints import ACTIONS, API_ACTIONS, PAGES, classified, url_names
+from .endpoints import ACTIONS, API_ACTIONS, PAGES, classified, page_url, url_names
 
 pytestmark = pytest.mark.django_db
 
@@ -34,17 +33,9 @@ def test_every_action_rejects_every_method_but_post(users, world, action, method
     assert snapshot(*filter(None, [action.row(world)])) == before
 
 
-def _page_url(name, target, world):
-    if target == "attachment":
-        return reverse(name, kwargs={"pk": AttachmentFactory().pk})
-    if target:
-        return reverse(name, kwargs={"pk": world[target].pk})
-    return reverse(name)
-
-
 @pytest.mark.parametrize(("name", "target"), PAGES.items())
 def test_every_page_rejects_post(users, world, name, target):
-    url = _page_url(name, target, world)
+    url = page_url(name, world)
     before = snapshot()
     response = client_for(users["admin"]).post(url, {"reason": "x"})
     assert response.status_code == 405, name
@@ -53,7 +44,7 @@ def test_every_page_rejects_post(users, world, name, target):
 
 @pytest.mark.parametrize(("name", "target"), PAGES.items())
 def test_every_page_sends_anonymous_visitors_to_login(client, world, name, target):
-    response = client.get(_page_url(name, target, world))
+    response = client.get(page_url(name, world))
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
 
