@@ -1,7 +1,12 @@
-.PHONY: run test lint bench
+.PHONY: run test check lint typecheck
 run:  ## the console with embedded defaults (SQLite, local provider, demo data, scheduler)
 	bin/run
-test:  ## install what is needed and run the whole suite on PostgreSQL
+test:  ## install what is needed and run the whole suite on PostgreSQL (what CI runs)
 	bin/test
+check: lint typecheck  ## the everyday loop: lint, type check, fast tests; installs nothing
+	DATABASE_URL="$${TEST_DATABASE_URL:-$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/paperclip_console}}" \
+	  .venv/bin/pytest -q -m "not slow and not browser"
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+typecheck:  ## mypy + django-stubs on the reconciler, providers, actions and ingest ([tool.mypy])
+	.venv/bin/mypy

@@ -1,7 +1,9 @@
 """Settings for the test suite: PostgreSQL (row locks, SKIP LOCKED and CHECK
 constraints behave differently on SQLite), fast hashing, throwaway storage."""
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,6 +24,17 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 _scratch = Path(tempfile.mkdtemp(prefix="paperclip-console-tests-"))
+
+
+def _remove_scratch(owner: int = os.getpid()) -> None:
+    # One scratch folder per process that loads these settings (pytest, a
+    # bench, a subprocess the tests start), removed when that process exits;
+    # a forked child that runs atexit handlers leaves its parent's alone.
+    if os.getpid() == owner:
+        shutil.rmtree(_scratch, ignore_errors=True)
+
+
+atexit.register(_remove_scratch)
 MEDIA_ROOT = _scratch / "media"
 LOCAL_SANDBOX_ROOT = _scratch / "sandboxes"
 STATIC_ROOT = _scratch / "static"

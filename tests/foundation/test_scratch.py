@@ -1,0 +1,41 @@
+"""A test run leaves no scratch folders behind (paperclip_console/test_settings.py
+makes one `paperclip-console-tests-*` folder per process and removes it at exit)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = """
+from django.conf import settings
+
+
+def test_it_writes_into_the_scratch_folder(tmp_path_factory):
+    root = settings.LOCAL_SANDBOX_ROOT.parent
+    (root / "media").mkdir(parents=True, exist_ok=True)
+    (root / "media" / "left.txt").write_text("x")
+    (Path(__file__).parent / "seen.txt").write_text(str(root))
+"""
+
+
+def test_it_leaves_no_scratch_folder_after_a_pytest_run(tmp_path):
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    (probe_dir / "test_probe.py").write_text("from pathlib import Path\n" + PROBE)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+         "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(probe_dir)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    seen = Path((probe_dir / "seen.txt").read_text())
+    # The run did make its folder in the temp directory it was given...
+    assert seen.parent == temp and seen.name.startswith("paperclip-console-tests-")
+    # ...and removed it, contents and all, when it exited.
+    assert not seen.exists()
+    assert not list(temp.glob("paperclip-console-tests-*"))
