@@ -319,10 +319,6 @@ class EnvironmentLease(MirroredModel):
     def __str__(self):
         return f"{self.provider}:{self.provider_lease_id} ({self.status})"
 
-    @property
-    def sandbox_key(self) -> tuple[str, str]:
-        return (self.provider, self.provider_lease_id)
-
 
 class LeaseIntent(MirroredModel):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)

@@ -1058,7 +1058,3 @@ def _advance(retirement_id, attempt_id, worker: Worker, max_steps: int) -> None:
         worker.advanced += 1
         if plan.action == "stop_only":
             break
-
-
-def is_open_stage(stage: str) -> bool:
-    return stage not in STAGES_CLOSED
