@@ -23,10 +23,11 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from sandboxes.models import Environment, Receipt, Retirement
+from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
 from sandboxes.models.choices import (
     STAGES_CLOSED,
     ReceiptKind,
+    RetirementKind,
     RetirementMode,
     Stage,
 )
@@ -145,6 +146,14 @@ def _load(env: Environment):
         .exclude(stage__in=STAGES_CLOSED)
         .values(*RECORD_FIELDS)
     )
+    # resume_failed is proved by its replacement: a re-read of its lease's
+    # workspace (sandboxes.proof.replacement_proof), loaded here in one query.
+    replaced = [r["lease_id"] for r in records if r["kind"] == RetirementKind.RESUME_FAILED]
+    if replaced:
+        leases = EnvironmentLease.objects.select_related("execution_workspace").in_bulk(replaced)
+        for r in records:
+            if r["kind"] == RetirementKind.RESUME_FAILED:
+                r["lease"] = leases.get(r["lease_id"])
     candidates = list_candidates(env.pk)
     by_sandbox = {(c.provider, c.provider_lease_id): c for c in candidates}
     rejudge = [
@@ -345,6 +354,8 @@ class _RecordView:
         self.provider = rec["provider"]
         self.provider_lease_id = rec["provider_lease_id"]
         self.lease_id = rec["lease_id"]
+        self.kind = rec["kind"]
+        self.lease = rec.get("lease")  # loaded for resume_failed only (its proof reads it)
 
 
 @dataclass
