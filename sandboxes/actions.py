@@ -30,7 +30,7 @@ from sandboxes.reconciler.holds import HOLD_EXPLANATIONS, blocking_holds
 MAX_BULK_APPROVE = 50
 
 # What an operator-scope API token may do: the operators' buttons, nothing more.
-_TOKEN_PERMISSIONS = {
+_TOKEN_PERMISSIONS: dict[str, set[str]] = {
     TokenScope.OPERATOR: {"approve_retirement", "retry_retirement", "hold_retirement"},
 }
 
@@ -47,7 +47,7 @@ def actor_label(actor) -> str:
 
 def can(actor, codename: str) -> bool:
     if isinstance(actor, ApiToken):
-        return actor.revoked_at is None and codename in _TOKEN_PERMISSIONS.get(actor.scope, ())
+        return actor.revoked_at is None and codename in _TOKEN_PERMISSIONS.get(actor.scope, set())
     return bool(
         actor is not None
         and getattr(actor, "is_authenticated", False)
@@ -391,7 +391,7 @@ def edit_policy(
 def _price_table(env: Environment) -> dict:
     from sandboxes.models.mirror import PRICE_FIELDS
 
-    table = {"price_currency": env.price_currency}
+    table: dict[str, str | None] = {"price_currency": env.price_currency}
     for name in PRICE_FIELDS:
         value = getattr(env, name)
         table[name] = None if value is None else str(value.normalize())

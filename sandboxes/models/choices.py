@@ -122,7 +122,7 @@ class ReceiptKind(models.TextChoices):
 
 PROVIDER_RECEIPT_KINDS = (ReceiptKind.TERMINATION, ReceiptKind.STOP_AND_RETAIN)
 
-RECEIPT_SCHEMAS = {
+RECEIPT_SCHEMAS: dict[str, str] = {
     ReceiptKind.TERMINATION: "paperclip.remote-termination.v1",
     ReceiptKind.STOP_AND_RETAIN: "paperclip.sandbox-stop-and-retain-receipt.v1",
 }

@@ -7,6 +7,7 @@ they carry the provider's own state plus what a receipt needs (DOMAIN §2.3,
 
 from __future__ import annotations
 
+import builtins
 import logging
 import random
 import threading
@@ -395,7 +396,7 @@ class Provider(Protocol):
     def hash_files(self, sandbox_id: str, root: str) -> dict[str, FileDigest]: ...
 
     def open_files(
-        self, sandbox_id: str, root: str, paths: list[str]
+        self, sandbox_id: str, root: str, paths: builtins.list[str]
     ) -> Iterator[tuple[str, Iterator[bytes]]]: ...
 
     def create(

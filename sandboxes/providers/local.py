@@ -7,6 +7,7 @@ that resolves outside the sandbox's `fs/` tree.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import os
@@ -292,7 +293,7 @@ class LocalProvider(RetryingProvider):
                 yield chunk
 
     def open_files(
-        self, sandbox_id: str, root: str, paths: list[str], **_
+        self, sandbox_id: str, root: str, paths: builtins.list[str], **_
     ) -> Iterator[tuple[str, Iterator[bytes]]]:
         with observed(self.name, "open_files"):
             # Refuse every unsafe path before reading anything.

@@ -96,6 +96,7 @@ def get_provider(
 
     `toolbox_hosts` (blank: the DAYTONA_TOOLBOX_HOSTS setting) are the hosts
     besides the API's own that may receive the API key as toolbox proxies."""
+    key: tuple[str, str, str, tuple[str, ...]]
     if name == "local":
         key = ("local", str(_setting("LOCAL_SANDBOX_ROOT", "var/sandboxes")), "", ())
     elif name == "daytona":

@@ -45,7 +45,7 @@ class Situation:
 
 def notice_on(mode: str, notice: timedelta | None) -> bool:
     """A notice period applies in auto mode only (manual waits for a person anyway)."""
-    return mode == RetirementMode.AUTO and bool(notice) and notice > timedelta(0)
+    return mode == RetirementMode.AUTO and notice is not None and notice > timedelta(0)
 
 
 def next_step(s: Situation, now: datetime) -> str:

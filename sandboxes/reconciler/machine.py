@@ -498,7 +498,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             and not stale
             and not void_reason(latest.payload.get("fingerprint"), fingerprint, "compare")
         )
-        if exportable:
+        if exportable and latest is not None:
             r.stage = Stage.EXPORTING
             r.save()
             files = {f["path"]: f for f in latest.payload["added"] + latest.payload["changed"]}
@@ -512,7 +512,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             )
         r.stage = Stage.COMPARING
         r.save()
-        manifest = {}
+        manifest: dict = {}
         if lease.execution_workspace_id:
             manifest = lease.execution_workspace.saved_manifest or {}
         return Plan("compare", **base, root=root, manifest=manifest)
@@ -851,8 +851,8 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
     if decide.notice_on(env.retirement_mode, env.notice_period):
         if not decide.notice_valid(r.retire_after, r.notice_proof, proof_key_of(proof)):
             raise DestroyRefused("notice period: no notice was given for this proof")
-        if r.retire_after > now:
-            raise DestroyRefused(f"notice period: not before {r.retire_after.isoformat()}")
+        if r.retire_after is None or r.retire_after > now:
+            raise DestroyRefused(f"notice period: not before {_iso(r.retire_after)}")
     return proof.reason
 
 

@@ -97,7 +97,8 @@ def run_pass(
 def _dry_run(record: ReconcilerPass, env_id, started) -> ReconcilerPass:
     """Read-only: list and explain (evaluate_fleet only reads); the record is not saved."""
     evaluated = evaluate_fleet(env_id, now=started)
-    by_kind, by_stage = {}, {}
+    by_kind: dict[str | None, int] = {}
+    by_stage: dict[str, int] = {}
     record.would = []
     for e in evaluated:
         c = e.candidate
@@ -193,7 +194,8 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
             .values("kind", "stage")
             .annotate(n=Count("id"))
         )
-        by_kind, by_stage = {}, {}
+        by_kind: dict[str, int] = {}
+        by_stage: dict[str, int] = {}
         for row in rows:
             by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["n"]
             by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + row["n"]
