@@ -309,23 +309,29 @@ def assign_role(request, pk):
     role = request.POST.get("role", "")
     reason = (request.POST.get("reason") or "").strip()
     error = ""
-    if role and role not in ROLES:
+    try:
+        reason = actions._note(reason)  # storable text, under 2,000 characters
+    except actions.ActionRefused as exc:
+        error = f"Reason: {exc}"
+    if error:
+        pass
+    elif role and role not in ROLES:
         error = f"Role: {role!r} is not a role (reviewer, operator or admin)."
     elif not reason:
         error = "Reason: a reason is required."
     elif user.pk == request.user.pk:
         error = "You cannot change your own role; ask another admin."
+    else:
+        from sandboxes.roles import role_of
+
+        if role_of(user) == role:
+            error = f"{user.get_username()} already has {role or 'no'} role; nothing changed."
     if error:
         return render(
             request, "sandboxes/users.html", _users_context(request, error=error), status=400
         )
-    old, new = grant_role(user, role, actor=request.user, reason=reason[:2000])
-    if old == new:
-        messages.info(request, f"{user.get_username()} already has {new or 'no'} role.")
-    else:
-        messages.success(
-            request, f"{user.get_username()}: {old or 'no role'} → {new or 'no role'}."
-        )
+    old, new = grant_role(user, role, actor=request.user, reason=reason)
+    messages.success(request, f"{user.get_username()}: {old or 'no role'} → {new or 'no role'}.")
     return redirect("users")
 
 
