@@ -166,7 +166,7 @@ def test_destroying_a_gone_sandbox_is_success(daytona, sim):
 
 def test_destroy_retries_while_a_state_change_is_in_progress(daytona, sim):
     box = seeded(daytona)
-    sim.sandbox(box.id, conflict_seconds=0.15)
+    sim.sandbox(box.id, conflict_seconds=1.0)
     assert daytona.destroy(box.id).state == SandboxState.DESTROYED
     assert 409 in [c["status"] for c in sim.calls(method="DELETE")]
 
@@ -197,7 +197,7 @@ def test_5xx_that_persists_exhausts_the_budget_with_a_classified_error(simulator
 
 def test_a_409_window_is_waited_out(daytona, sim):
     box = seeded(daytona)
-    sim.sandbox(box.id, conflict_seconds=0.2)
+    sim.sandbox(box.id, conflict_seconds=1.0)
     assert daytona.stop(box.id).state == SandboxState.STOPPED
     assert 409 in [c["status"] for c in sim.calls(operation="stop")]
 
@@ -205,7 +205,7 @@ def test_a_409_window_is_waited_out(daytona, sim):
 def test_legacy_400_state_change_in_progress_is_transient(daytona, sim):
     box = seeded(daytona)
     sim.faults(legacy_400=True)
-    sim.sandbox(box.id, conflict_seconds=0.1)
+    sim.sandbox(box.id, conflict_seconds=1.0)
     assert daytona.stop(box.id).state == SandboxState.STOPPED
     assert 400 in [c["status"] for c in sim.calls(operation="stop")]
 
