@@ -90,11 +90,12 @@ FAILED_STATES = frozenset({SandboxState.ERROR, SandboxState.BUILD_FAILED})
 @dataclass(frozen=True)
 class Resources:
     """What a sandbox holds (Daytona's `cpu`, `gpu`, `memory` GiB, `disk` GiB):
-    what a kept sandbox costs while it is kept."""
+    what a kept sandbox costs while it is kept. None is a size the provider does
+    not report (the local provider measures only its disk): unknown, never 0."""
 
-    cpu: int
-    memory_gib: int
-    disk_gib: int
+    cpu: float | None
+    memory_gib: float | None
+    disk_gib: float | None
     gpu: int = 0
 
     def as_payload(self) -> dict:

@@ -94,6 +94,17 @@ def test_sizes_come_from_the_typed_resources_or_daytonas_raw_fields():
     assert r.reported_cpu is None and r.reported_at is not None
 
 
+def test_a_local_sandbox_is_priced_by_its_measured_disk(tmp_path):
+    from sandboxes.providers.local import LocalProvider
+
+    local = LocalProvider(root=tmp_path / "sandboxes", budget_seconds=3)
+    box = local.create("kept", {}, {"data.bin": b"x" * 100_000})
+    local.stop(box.id)
+    sizes = reported_sizes(local.get(box.id))
+    assert sizes["cpu"] is None and sizes["memory_gib"] is None
+    assert sizes["disk_gib"] > 0
+
+
 def test_each_pass_reads_sizes_only_where_a_price_table_exists():
     from sandboxes.reconciler.sizes import refresh_sizes
 

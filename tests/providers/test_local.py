@@ -51,6 +51,22 @@ def test_full_lifecycle(local, box):
     assert list(local.root.iterdir()) == []
 
 
+def test_a_read_measures_the_disk_and_reports_no_cpu_or_memory(local, box):
+    """Issue 15 item 13: the local provider measures disk; what it cannot know
+    (cpu, memory) is unknown, never 0."""
+    resources = local.get(box.id).resources
+    assert resources.cpu is None and resources.memory_gib is None
+    blocks = sum(
+        os.lstat(os.path.join(d, f)).st_blocks * 512
+        for d, _, files in os.walk(local.root / box.id / "fs")
+        for f in files
+    )
+    assert blocks >= 300_000  # big.bin at least
+    assert resources.disk_gib == blocks / 2**30
+    (local.root / box.id / "fs" / "workspace" / "more.bin").write_bytes(os.urandom(200_000))
+    assert local.get(box.id).resources.disk_gib > resources.disk_gib
+
+
 def test_state_writes_leave_no_temporary_files(local, box):
     for _ in range(3):
         local.stop(box.id)
