@@ -55,8 +55,19 @@ def _choice(enum) -> Any:
     return Literal[tuple(enum.values)]
 
 
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _require_rfc3339(value: Any) -> Any:
+    # pydantic would also read a string of digits ("0000...") as a unix time.
+    _require_str(value)
+    if len(value) > 64 or not _RFC3339.match(value):
+        raise ValueError("must be an RFC 3339 timestamp")
+    return value
+
+
 Uuid = Annotated[UUID, BeforeValidator(_require_str)]
-Timestamp = Annotated[AwareDatetime, BeforeValidator(_require_str)]
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_require_rfc3339)]
 Text200 = Annotated[str, Field(min_length=1, max_length=200)]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
