@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from sandboxes.models.choices import RetirementMode, Stage
+from sandboxes.models.choices import RetirementKind, RetirementMode, Stage
 
 from .holds import STOP_ONLY_KINDS
 
@@ -25,6 +25,9 @@ WAIT_NOTICE = "wait_notice"  # the notice period is running
 WAIT_CAP = "wait_cap"  # the per-pass cap is reached: the next pass goes on
 RETIRE = "retire"  # destroy (through authorize_destroy)
 SALVAGE = "salvage"  # compare (and export) to earn the proof
+# resume_failed is proved by its replacement only, never by a compare: without
+# that proof the gate refuses, and the record fails, retries, then needs attention.
+UNPROVED = "unproved"
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,8 @@ def next_step(s: Situation, now: datetime) -> str:
     if not s.under_cap:
         # The cap is reached: start nothing this pass that could not be retired.
         return WAIT_CAP
+    if s.kind == RetirementKind.RESUME_FAILED:
+        return UNPROVED
     return SALVAGE
 
 

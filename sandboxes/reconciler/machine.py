@@ -469,7 +469,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             r.save()
             return Plan("retire", **base)
 
-        if r.kind == RetirementKind.RESUME_FAILED:
+        if step == decide.UNPROVED:
             # Proved by its replacement, never by a compare (seed 004): the
             # sandbox is not started. Without that proof the gate refuses, and
             # the record retries and then needs attention.

@@ -55,6 +55,7 @@ CATEGORIES = {
 }
 _FROM_STEP = {
     decide.SALVAGE: "salvage",
+    decide.UNPROVED: "retry_later",  # resume_failed without its replacement proof
     decide.RETIRE: "retire",
     decide.GIVE_NOTICE: "notice",
     decide.WAIT_NOTICE: "noticed",
