@@ -5,7 +5,6 @@ path and audit rows as the console's buttons."""
 import uuid
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Case, IntegerField, Value, When
 from django.http import JsonResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -103,28 +102,10 @@ def kept_sandboxes(request):
     return JsonResponse({"results": [summary(r) for r in page.items], "next": next_url})
 
 
-def _current(provider_lease_id: str) -> Retirement | None:
-    """The open record for the sandbox, else its most recent closed one."""
-    if "\x00" in provider_lease_id:
-        return None  # no sandbox id holds NUL, and PostgreSQL refuses it in a query
-    return (
-        Retirement.objects.filter(provider_lease_id=provider_lease_id)
-        .annotate(
-            closed=Case(
-                When(stage__in=list(STAGES_CLOSED), then=Value(1)),
-                default=Value(0),
-                output_field=IntegerField(),
-            )
-        )
-        .order_by("closed", "-listed_at")
-        .first()
-    )
-
-
 @require_GET
 @token_required(TokenScope.OPERATOR)
 def kept_sandbox(request, sandbox_id):
-    r = _current(sandbox_id)
+    r = Retirement.current_for_sandbox(sandbox_id)
     if r is None:
         return _bad("the console keeps no record of this sandbox", 404)
     return JsonResponse(detail(r))
@@ -165,7 +146,7 @@ def _act(request, sandbox_id, action):
         return _bad('a non-empty "reason" is required')
     if len(reason) > MAX_REASON:
         return _bad(f'"reason" is at most {MAX_REASON} characters ({len(reason)} given)')
-    r = _current(sandbox_id)
+    r = Retirement.current_for_sandbox(sandbox_id)
     if r is None:
         return _bad("the console keeps no record of this sandbox", 404)
     try:

@@ -129,6 +129,24 @@ class Retirement(models.Model):
     def __str__(self):
         return f"{self.kind} {self.provider_lease_id} ({self.stage})"
 
+    @classmethod
+    def current_for_sandbox(cls, sandbox_id: str, *related: str) -> "Retirement | None":
+        """The open record for a provider sandbox id, else its most recent closed one."""
+        if "\x00" in sandbox_id:
+            return None  # no sandbox id holds NUL, and PostgreSQL refuses it in a query
+        closed = models.Case(
+            models.When(stage__in=list(STAGES_CLOSED), then=models.Value(1)),
+            default=models.Value(0),
+            output_field=models.IntegerField(),
+        )
+        return (
+            cls.objects.select_related(*related)
+            .filter(provider_lease_id=sandbox_id)
+            .annotate(closed=closed)
+            .order_by("closed", "-listed_at")
+            .first()
+        )
+
     @property
     def is_open(self) -> bool:
         return self.stage not in STAGES_CLOSED

@@ -5,7 +5,7 @@ import hashlib
 import uuid
 
 from django.contrib import messages
-from django.db.models import Case, Count, F, IntegerField, Max, Value, When
+from django.db.models import Count, F, Max
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -270,21 +270,8 @@ def _get_retirement(pk) -> Retirement:
 
 
 def current_for_sandbox(sandbox_id: str) -> Retirement | None:
-    """The open record for a provider sandbox id, else its most recent closed one."""
-    if "\x00" in sandbox_id:
-        return None
-    return (
-        Retirement.objects.select_related("environment", "lease__issue", "lease__heartbeat_run")
-        .filter(provider_lease_id=sandbox_id)
-        .annotate(
-            closed=Case(
-                When(stage__in=list(STAGES_CLOSED), then=Value(1)),
-                default=Value(0),
-                output_field=IntegerField(),
-            )
-        )
-        .order_by("closed", "-listed_at")
-        .first()
+    return Retirement.current_for_sandbox(
+        sandbox_id, "environment", "lease__issue", "lease__heartbeat_run"
     )
 
 

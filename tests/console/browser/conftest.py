@@ -10,7 +10,8 @@ import pytest
 # otherwise refuse database access from it.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
-CHROMIUM = "/usr/bin/chromium"
+from sandboxes.screenshots import CHROMIUM, CHROMIUM_ARGS
+
 SCREENSHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
 PASSWORD = "correct horse battery staple"
 
@@ -24,14 +25,7 @@ def browser():
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
+            args=CHROMIUM_ARGS,
         )
         yield browser
         browser.close()
