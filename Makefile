@@ -1,4 +1,4 @@
-.PHONY: run test check lint typecheck
+.PHONY: run test check lint typecheck sizes
 run:  ## the console with embedded defaults (SQLite, local provider, demo data, scheduler)
 	bin/run
 test:  ## install what is needed and run the whole suite on PostgreSQL (what CI runs)
@@ -10,3 +10,5 @@ lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 typecheck:  ## mypy + django-stubs on the reconciler, providers, actions and ingest ([tool.mypy])
 	.venv/bin/mypy
+sizes:  ## product modules over 500 lines and functions over 60 (issue 14's closing note)
+	bin/sizes
