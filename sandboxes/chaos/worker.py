@@ -21,9 +21,9 @@ def _say(line: str) -> None:
 
 
 def instrument() -> None:
-    from sandboxes.reconciler import machine
+    from sandboxes.reconciler import claims, machine
 
-    claim_next = machine.claim_next
+    claim_next = claims.claim_next
 
     def traced_claim_next(*args, **kwargs):
         claim = claim_next(*args, **kwargs)
@@ -31,7 +31,7 @@ def instrument() -> None:
             _say(f"CLAIM {claim.attempt_id} {claim.retirement_id}")
         return claim
 
-    machine.claim_next = traced_claim_next
+    claims.claim_next = traced_claim_next
 
     def traced(action, step):
         def run(plan, attempt_id, worker):

@@ -24,9 +24,10 @@ from sandboxes.logging import log_context
 from sandboxes.models import Environment, ReconcilerPass, Retirement
 from sandboxes.models.choices import STAGES_CLOSED
 
-from . import machine, sizes
+from . import claims, machine, sizes
 from .listing import evaluate_fleet, sync_retirements
 from .preservation import record_preservation_sources, resolve_preservation_actions
+from .worker import Worker
 
 log = logging.getLogger(__name__)
 # Consecutive dropped-connection errors after which a pass stops claiming and
@@ -43,11 +44,11 @@ def _db_retry(fn, what: str, attempts: int = 3):
     for attempt in range(1, attempts + 1):
         try:
             return fn()
-        except machine.DB_LOST as exc:
+        except claims.DB_LOST as exc:
             log.warning(
                 "database connection lost during %s (%s/%s): %s", what, attempt, attempts, exc
             )
-            machine.reset_connection()
+            claims.reset_connection()
             if attempt == attempts:
                 raise
             time.sleep(0.2 * attempt)
@@ -116,7 +117,7 @@ def _dry_run(record: ReconcilerPass, env_id, started) -> ReconcilerPass:
 
 
 def _run(record, env_id, started, provider_for, progress, progress_every) -> ReconcilerPass:
-    w = machine.Worker(name=record.worker)
+    w = Worker(name=record.worker)
     if provider_for is not None:
         w.provider_for = provider_for
     errors: list = []
@@ -131,12 +132,12 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
             sync.created,
             sync.dismissed,
         )
-    except machine.DB_LOST as exc:
+    except claims.DB_LOST as exc:
         # Due records do not need this pass's listing: each is re-judged under
         # its row lock before any step. Reconnect and work them.
         log.warning("listing: database connection lost: %s", exc)
         errors.append({"step": "listing", "error": f"{type(exc).__name__}: {exc}"[:500]})
-        machine.reset_connection()
+        claims.reset_connection()
     except Exception as exc:
         log.exception("listing failed")
         errors.append({"step": "listing", "error": f"{type(exc).__name__}: {exc}"[:500]})
@@ -144,21 +145,21 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
     try:
         # Reads only (every mode): the sizes what each kept sandbox costs is priced by.
         sizes.refresh_sizes(w, env_id, now=started)
-    except machine.DB_LOST as exc:
+    except claims.DB_LOST as exc:
         log.warning("sizes: database connection lost: %s", exc)
-        machine.reset_connection()
+        claims.reset_connection()
 
     seen: set = set()
     db_errors = 0  # consecutive
     last_progress = time.monotonic()
     while db_errors < MAX_DB_ERRORS:
         try:
-            claim = machine.claim_next(environment_id=env_id, exclude=seen)
-        except machine.DB_LOST as exc:
+            claim = claims.claim_next(environment_id=env_id, exclude=seen)
+        except claims.DB_LOST as exc:
             db_errors += 1
             log.warning("claiming: database connection lost: %s", exc)
             errors.append({"step": "claim", "error": f"{type(exc).__name__}: {exc}"[:500]})
-            machine.reset_connection()
+            claims.reset_connection()
             time.sleep(0.2 * db_errors)
             continue
         if claim is None:
@@ -168,13 +169,13 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
             try:
                 machine.advance(claim.retirement_id, claim.attempt_id, w)
                 db_errors = 0
-            except machine.DB_LOST as exc:
+            except claims.DB_LOST as exc:
                 db_errors += 1
                 log.warning("record %s: database connection lost: %s", claim.retirement_id, exc)
                 errors.append(
                     {"retirement": str(claim.retirement_id), "error": f"database lost: {exc}"[:500]}
                 )
-                machine.reset_connection()
+                claims.reset_connection()
                 _release(claim)
             except Exception as exc:
                 log.exception("advancing %s failed", claim.retirement_id)
@@ -225,11 +226,11 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
     return record
 
 
-def _release(claim: machine.Claim) -> None:
+def _release(claim: claims.Claim) -> None:
     """Give the record back now (fenced on our attempt id). If even that fails,
     the claim simply expires: fenced writes keep anyone else safe meanwhile."""
     try:
-        machine.release_claim(claim.retirement_id, claim.attempt_id)
-    except machine.DB_LOST as exc:
+        claims.release_claim(claim.retirement_id, claim.attempt_id)
+    except claims.DB_LOST as exc:
         log.warning("could not release claim %s; it will expire: %s", claim.attempt_id, exc)
-        machine.reset_connection()
+        claims.reset_connection()

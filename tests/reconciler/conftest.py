@@ -114,11 +114,12 @@ def ago(**kw):
 def provider(request, tmp_path, monkeypatch, settings):
     """End to end: the Daytona simulator over loopback, then the local provider, as
     the provider every `reconcile --once` in the test uses (see e2e.py)."""
-    from sandboxes.reconciler import machine
 
     from .e2e import start_provider
 
     p, stop = start_provider(request.param, tmp_path)
-    monkeypatch.setattr(machine, "default_provider_for", lambda env, name="": p.client)
+    monkeypatch.setattr(
+        "sandboxes.reconciler.worker.default_provider_for", lambda env, name="": p.client
+    )
     yield p
     stop()

@@ -8,7 +8,7 @@ from django_q.models import Schedule
 
 from sandboxes import models as m
 from sandboxes.providers.base import TransientProviderError
-from sandboxes.reconciler import machine, tasks
+from sandboxes.reconciler import tasks
 from tests import factories as f
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +16,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def use_local(local, monkeypatch):
-    monkeypatch.setattr(machine, "default_provider_for", lambda env, name="": local)
+    monkeypatch.setattr(
+        "sandboxes.reconciler.worker.default_provider_for", lambda env, name="": local
+    )
     return local
 
 

@@ -98,7 +98,7 @@ def test_two_reconcilers_never_destroy_a_sandbox_twice(simulator):
 def test_a_destroy_under_way_is_awaited_by_reading_not_sent_again():
     """A worker died right after its DELETE was received: the next one finds the
     sandbox `destroying` and confirms by reads; there is one DELETE, not two."""
-    from sandboxes.reconciler import machine
+    from sandboxes.reconciler import steps
 
     with SimulatorServer(seed=5, config=FaultConfig(transition_seconds=0.8)) as srv:
         env = f.EnvironmentFactory(provider="daytona", api_url=srv.url, name="await")
@@ -119,13 +119,13 @@ def test_a_destroy_under_way_is_awaited_by_reading_not_sent_again():
             if name == "compare:after_receipt":
                 raise Died
 
-        real_checkpoint = machine.checkpoint
-        machine.checkpoint = die
+        real_checkpoint = steps.checkpoint
+        steps.checkpoint = die
         try:
             with pytest.raises(Died):
                 run_pass(worker="dead", provider_for=lambda env: client)
         finally:
-            machine.checkpoint = real_checkpoint
+            steps.checkpoint = real_checkpoint
         # The dead worker's DELETE reached the provider; its claim then expired.
         import httpx
 

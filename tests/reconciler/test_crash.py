@@ -5,7 +5,7 @@ import pytest
 from django.utils import timezone
 
 from sandboxes import models as m
-from sandboxes.reconciler import machine
+from sandboxes.reconciler.claims import claim_next
 from tests import factories as f
 
 from .conftest import retirement_of
@@ -24,7 +24,7 @@ def die_at(monkeypatch, point):
         if name == point:
             raise WorkerDied(name)
 
-    monkeypatch.setattr(machine, "checkpoint", checkpoint)
+    monkeypatch.setattr("sandboxes.reconciler.steps.checkpoint", checkpoint)
 
 
 def expire_claims():
@@ -178,12 +178,12 @@ def test_claim_next_claims_exactly_one_due_record():
         lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
         f.stop_receipt(lease)
     sync_retirements()
-    first = machine.claim_next()
+    first = claim_next()
     assert first is not None
     assert m.Retirement.objects.exclude(attempt_id=None).count() == 1
-    second = machine.claim_next()
+    second = claim_next()
     assert second.retirement_id != first.retirement_id
     assert second.attempt_id != first.attempt_id  # each claim is fenced on its own
-    third = machine.claim_next(exclude={first.retirement_id})
+    third = claim_next(exclude={first.retirement_id})
     assert third.retirement_id not in (first.retirement_id, second.retirement_id)
-    assert machine.claim_next() is None
+    assert claim_next() is None

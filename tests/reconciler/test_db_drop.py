@@ -16,7 +16,8 @@ from django.utils import timezone
 
 from sandboxes import models as m
 from sandboxes.logging import JsonFormatter
-from sandboxes.reconciler import machine, passes
+from sandboxes.reconciler import passes
+from sandboxes.reconciler.claims import release_claim
 
 from .conftest import retirement_of
 
@@ -50,7 +51,7 @@ def drop_at(monkeypatch, point, times=1):
             hits.append(name)
             terminate_my_backend()
 
-    monkeypatch.setattr(machine, "checkpoint", checkpoint)
+    monkeypatch.setattr("sandboxes.reconciler.steps.checkpoint", checkpoint)
     return hits
 
 
@@ -87,16 +88,16 @@ def test_a_claim_that_cannot_be_released_expires_and_fencing_still_holds(
 ):
     lease = warm(status=m.LeaseStatus.FAILED)
     drop_at(monkeypatch, "retire:after_destroy")
-    real_release = machine.release_claim
+    real_release = release_claim
 
     def release_fails(*args):
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(machine, "release_claim", release_fails)
+    monkeypatch.setattr("sandboxes.reconciler.claims.release_claim", release_fails)
     reconcile()
     r = retirement_of(lease)
     assert r.attempt_id is not None and r.stage == m.Stage.RETIRING
-    monkeypatch.setattr(machine, "release_claim", real_release)
+    monkeypatch.setattr("sandboxes.reconciler.claims.release_claim", real_release)
     reconcile()  # the claim still holds: nobody touches the record
     assert retirement_of(lease).stage == m.Stage.RETIRING
     m.Retirement.objects.filter(pk=r.pk).update(claimed_until=r.listed_at)  # expired
@@ -114,7 +115,7 @@ def test_the_pass_stops_claiming_while_the_database_stays_down(warm, reconcile, 
         calls.append(1)
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(machine, "claim_next", down)
+    monkeypatch.setattr("sandboxes.reconciler.claims.claim_next", down)
     monkeypatch.setattr(passes.time, "sleep", lambda s: None)
     record = reconcile()
     assert len(calls) == passes.MAX_DB_ERRORS

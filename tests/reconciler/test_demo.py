@@ -8,7 +8,6 @@ from django.core.management import call_command
 
 from sandboxes import models as m
 from sandboxes.providers.local import LocalProvider
-from sandboxes.reconciler import machine
 from sandboxes.reconciler.passes import run_pass
 
 
@@ -32,7 +31,9 @@ def test_demo_fleet_covers_every_kind_and_hold_and_retires(local_root, monkeypat
     ids = {s.id for s in sandboxes}
     assert set(m.EnvironmentLease.objects.values_list("provider_lease_id", flat=True)) == ids
 
-    monkeypatch.setattr(machine, "default_provider_for", lambda env, name="": provider)
+    monkeypatch.setattr(
+        "sandboxes.reconciler.worker.default_provider_for", lambda env, name="": provider
+    )
     run_pass()
     records = m.Retirement.objects.all()
     kinds = set(records.values_list("kind", flat=True))

@@ -2,7 +2,7 @@
 
 Mutating the gate showed three changes no test noticed. Each test below was
 checked by removing its check from sandboxes/proof.py or
-sandboxes/reconciler/machine.py and watching it fail:
+sandboxes/reconciler/gate.py and watching it fail:
 
 (a) only the LATEST compare counts: a dirty compare after a clean one voids it;
 (b) only an explicit `clean: true` counts as clean;
@@ -16,7 +16,7 @@ Mutations run (each made alone, the file run, the mutation reverted):
   is missing: the two "no clean flag" cases of (b) fail;
 - the same line → truthiness (`if latest.payload.get("clean"):`): the "clean
   as 1" and "clean as a string" cases of (b) fail;
-- machine.py, authorize_destroy without `if cand is None or cand.kind is None:
+- gate.py, authorize_destroy without `if cand is None or cand.kind is None:
   raise DestroyRefused(...)`: (c) fails (the sandbox is destroyed).
 """
 
@@ -27,8 +27,11 @@ import pytest
 from django.utils import timezone
 
 from sandboxes import models as m
-from sandboxes.reconciler import machine
+from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
+from sandboxes.reconciler.plan import Plan
+from sandboxes.reconciler.steps import retire_sandbox
+from sandboxes.reconciler.worker import Worker
 from tests import factories as f
 
 from .conftest import retirement_of
@@ -47,8 +50,8 @@ def _claim(r):
 def _retire(r, local):
     """The one path to a provider destroy, called as a worker whose plan said retire."""
     r.refresh_from_db()
-    plan = machine.Plan("retire", r.pk, r.environment, r.provider_lease_id)
-    machine.retire_sandbox(plan, _claim(r), machine.Worker(provider_for=lambda e: local))
+    plan = Plan("retire", r.pk, r.environment, r.provider_lease_id)
+    retire_sandbox(plan, _claim(r), Worker(provider_for=lambda e: local))
     r.refresh_from_db()
 
 
@@ -86,7 +89,7 @@ def test_a_dirty_compare_after_a_clean_one_voids_the_proof(warm, local):
     lease, r = _record(warm)
     _compare(r, CLEAN)
     _compare(r, DIRTY, seconds=5)
-    with pytest.raises(machine.DestroyRefused, match="no proof: unsaved files found"):
+    with pytest.raises(DestroyRefused, match="no proof: unsaved files found"):
         _retire(r, local)
     assert local.count("destroy") == 0
     lease.refresh_from_db()
@@ -98,7 +101,7 @@ def test_the_latest_compare_is_the_newest_confirmed_not_the_first_written(warm, 
     lease, r = _record(warm)
     _compare(r, DIRTY, seconds=5)
     _compare(r, CLEAN)  # written later, confirmed earlier
-    with pytest.raises(machine.DestroyRefused, match="no proof"):
+    with pytest.raises(DestroyRefused, match="no proof"):
         _retire(r, local)
     assert local.count("destroy") == 0
 
@@ -128,7 +131,7 @@ NOT_EXPLICIT = {
 def test_a_compare_without_an_explicit_clean_flag_is_not_proof(case, warm, local):
     lease, r = _record(warm)
     _compare(r, NOT_EXPLICIT[case])
-    with pytest.raises(machine.DestroyRefused, match="no proof"):
+    with pytest.raises(DestroyRefused, match="no proof"):
         _retire(r, local)
     assert local.count("destroy") == 0
 
@@ -158,7 +161,7 @@ def test_a_lease_acquired_again_is_refused_by_the_gate_even_with_an_attestation(
     m.Retirement.objects.filter(pk=r.pk).update(stage=m.Stage.RETIRING)
     m.EnvironmentLease.objects.filter(pk=lease.pk).update(status=m.LeaseStatus.ACTIVE)
 
-    with pytest.raises(machine.DestroyRefused, match="no longer a candidate"):
+    with pytest.raises(DestroyRefused, match="no longer a candidate"):
         _retire(r, local)
     assert local.count("destroy") == 0
     assert local.count("get") == 0  # refused before any provider call

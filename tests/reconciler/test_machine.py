@@ -12,7 +12,12 @@ from django.utils import timezone
 from sandboxes import models as m
 from sandboxes.providers.base import TransientProviderError
 from sandboxes.reconciler import machine
+from sandboxes.reconciler.claims import ClaimLost
+from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
+from sandboxes.reconciler.plan import Plan
+from sandboxes.reconciler.steps import do_compare, retire_sandbox
+from sandboxes.reconciler.worker import ProviderMismatch, Worker, backoff
 from tests import factories as f
 
 from .conftest import SAVED, ago, retirement_of
@@ -157,8 +162,8 @@ def test_each_hold_blocks_destroy_even_with_proof(code, warm, local, reconcile):
     assert lease.status != m.LeaseStatus.EXPIRED
     # And the gate itself refuses, whatever the caller.
     attempt = _claim(r)
-    with pytest.raises(machine.DestroyRefused, match="held"):
-        machine.retire_sandbox(_plan(r), attempt, machine.Worker(provider_for=lambda e: local))
+    with pytest.raises(DestroyRefused, match="held"):
+        retire_sandbox(_plan(r), attempt, Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 
@@ -175,7 +180,7 @@ def _claim(r):
 
 def _plan(r):
     r.refresh_from_db()
-    return machine.Plan("retire", r.pk, r.environment, r.provider_lease_id)
+    return Plan("retire", r.pk, r.environment, r.provider_lease_id)
 
 
 def _kind_leases(warm):
@@ -244,8 +249,8 @@ def test_every_kind_refuses_destroy_without_proof(case, warm, local):
         r = retirement_of(lease)
         NO_PROOF[case](r)
         attempt = _claim(r)
-        with pytest.raises(machine.DestroyRefused, match="no proof"):
-            machine.retire_sandbox(_plan(r), attempt, machine.Worker(provider_for=lambda e: local))
+        with pytest.raises(DestroyRefused, match="no proof"):
+            retire_sandbox(_plan(r), attempt, Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 
@@ -259,8 +264,8 @@ def test_resume_failed_refuses_destroy_without_a_saved_workspace(save_state, war
     ws.save()
     sync_retirements()
     r = retirement_of(lease)
-    with pytest.raises(machine.DestroyRefused, match="no proof"):
-        machine.retire_sandbox(_plan(r), _claim(r), machine.Worker(provider_for=lambda e: local))
+    with pytest.raises(DestroyRefused, match="no proof"):
+        retire_sandbox(_plan(r), _claim(r), Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 
@@ -274,8 +279,8 @@ def test_stop_only_kinds_refuse_destroy_even_with_proof(warm, local):
     sync_retirements()
     r = retirement_of(lease)
     attest(r)
-    with pytest.raises(machine.DestroyRefused, match="stop only"):
-        machine.retire_sandbox(_plan(r), _claim(r), machine.Worker(provider_for=lambda e: local))
+    with pytest.raises(DestroyRefused, match="stop only"):
+        retire_sandbox(_plan(r), _claim(r), Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 
@@ -285,8 +290,8 @@ def test_observe_and_unapproved_manual_refuse_destroy_with_proof(mode, warm, loc
     sync_retirements()
     r = retirement_of(lease)
     attest(r)
-    with pytest.raises(machine.DestroyRefused):
-        machine.retire_sandbox(_plan(r), _claim(r), machine.Worker(provider_for=lambda e: local))
+    with pytest.raises(DestroyRefused):
+        retire_sandbox(_plan(r), _claim(r), Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 
@@ -298,7 +303,7 @@ def test_one_function_calls_destroy():
         for line in p.read_text().splitlines()
         if ".destroy(" in line
     ]
-    assert callers == [("machine.py", "conf = provider.destroy(plan.sandbox_id)")]
+    assert callers == [("steps.py", "conf = provider.destroy(plan.sandbox_id)")]
 
 
 def test_a_stale_claim_cannot_destroy(warm, local):
@@ -307,8 +312,8 @@ def test_a_stale_claim_cannot_destroy(warm, local):
     r = retirement_of(lease)
     attest(r)
     _claim(r)
-    with pytest.raises(machine.ClaimLost):
-        machine.retire_sandbox(_plan(r), uuid.uuid4(), machine.Worker(provider_for=lambda e: local))
+    with pytest.raises(ClaimLost):
+        retire_sandbox(_plan(r), uuid.uuid4(), Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 
@@ -418,7 +423,7 @@ def test_an_export_that_does_not_verify_is_not_proof(warm, local, reconcile, mon
 
 
 def test_backoff_doubles_from_30s_to_30min():
-    assert [machine.backoff(n).total_seconds() for n in range(1, 9)] == [
+    assert [backoff(n).total_seconds() for n in range(1, 9)] == [
         30,
         60,
         120,
@@ -542,7 +547,7 @@ def test_attested_retirement_skips_salvage(warm, local, reconcile):
 def test_a_sandbox_started_for_compare_is_stopped_when_a_hold_appears(warm, local, monkeypatch):
     lease = abandoned(warm, files=UNSAVED)
     sync_retirements()
-    real = machine.do_compare
+    real = do_compare
 
     def compare_then_hold(plan, attempt_id, worker):
         real(plan, attempt_id, worker)
@@ -588,7 +593,7 @@ def test_a_record_started_for_salvage_is_stopped_when_the_cap_stops_its_retire(w
     m.Retirement.objects.filter(pk=r.pk).update(
         stage=m.Stage.RETIRING, started_for_salvage=True, next_attempt_at=timezone.now()
     )
-    worker = machine.Worker(provider_for=lambda e: local)
+    worker = Worker(provider_for=lambda e: local)
     worker.retired_by_env[env.pk] = 1  # the cap is reached in this pass
     machine.advance(r.pk, _claim(r), worker)
     r.refresh_from_db()
@@ -673,7 +678,7 @@ def test_a_sandbox_already_gone_is_recorded_once_and_not_relisted(warm, local, r
 def test_a_sandbox_gone_before_its_export_is_recorded_once(warm, local, monkeypatch):
     lease = abandoned(warm, files=UNSAVED)
     sync_retirements()
-    real = machine.do_compare
+    real = do_compare
 
     def compare_then_vanish(plan, attempt_id, worker):
         real(plan, attempt_id, worker)
@@ -730,10 +735,10 @@ def test_the_default_client_is_for_the_lease_provider_with_the_environment_setti
     env = f.EnvironmentFactory(
         provider=m.ProviderName.DAYTONA, api_url="https://daytona.test/api", api_key_env="X_KEY"
     )
-    client = machine.Worker().provider(env, m.ProviderName.DAYTONA)
+    client = Worker().provider(env, m.ProviderName.DAYTONA)
     assert isinstance(client, DaytonaProvider) and client.api_url == "https://daytona.test/api"
-    with pytest.raises(machine.ProviderMismatch):
-        machine.Worker().provider(env, m.ProviderName.LOCAL)
+    with pytest.raises(ProviderMismatch):
+        Worker().provider(env, m.ProviderName.LOCAL)
 
 
 # --- re-checks the reviewer found untested (review finding 10b, 10c) ------------------------
@@ -751,7 +756,7 @@ def test_a_task_that_resumed_the_workspace_before_the_claim_is_dismissed_under_t
     lease.issue.bound_workspace = lease.execution_workspace
     lease.issue.save(update_fields=["bound_workspace"])
     m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())
-    machine.advance(r.pk, _claim(r), machine.Worker(provider_for=lambda e: local))
+    machine.advance(r.pk, _claim(r), Worker(provider_for=lambda e: local))
     r.refresh_from_db()
     assert r.stage == m.Stage.DISMISSED and "predicate stopped matching" in r.closed_reason
     assert local.calls == []
@@ -764,7 +769,7 @@ def test_a_file_changed_between_compare_and_export_is_compared_again_and_exporte
 
     lease = abandoned(warm, files=UNSAVED)
     sync_retirements()
-    real = machine.do_compare
+    real = do_compare
     newer = b"print('edited again after the compare')\n"
     calls = []
 

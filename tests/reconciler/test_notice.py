@@ -14,7 +14,9 @@ from sandboxes import actions
 from sandboxes import models as m
 from sandboxes.notifications import channels, delivery
 from sandboxes.notifications.secrets import encrypt
-from sandboxes.reconciler import machine
+from sandboxes.reconciler.candidates import judge_lease_locked
+from sandboxes.reconciler.gate import DestroyRefused, authorize_destroy
+from sandboxes.reconciler.worker import NEEDS_ATTENTION_AFTER
 from sandboxes.roles import ADMINS, OPERATORS
 from tests import factories as f
 from tests.notifications.conftest import serve_receiver
@@ -133,21 +135,21 @@ def test_the_destroy_gate_refuses_without_a_notice_for_this_proof(warm, reconcil
     f.rebind_to_new_workspace(lease)
     reconcile()
     r = retirement_of(lease)
-    cand = machine.judge_lease_locked(r.lease_id)
-    with pytest.raises(machine.DestroyRefused, match="not before"):
-        machine.authorize_destroy(r, cand, timezone.now())
+    cand = judge_lease_locked(r.lease_id)
+    with pytest.raises(DestroyRefused, match="not before"):
+        authorize_destroy(r, cand, timezone.now())
     # A notice given for another proof does not count.
     m.Retirement.objects.filter(pk=r.pk).update(
         notice_proof="00000000-0000-0000-0000-000000000000",
         retire_after=timezone.now() - timedelta(hours=1),
     )
     r.refresh_from_db()
-    with pytest.raises(machine.DestroyRefused, match="no notice was given for this proof"):
-        machine.authorize_destroy(r, cand, timezone.now())
+    with pytest.raises(DestroyRefused, match="no notice was given for this proof"):
+        authorize_destroy(r, cand, timezone.now())
     # Notice off: the gate does not ask for one.
     m.Environment.objects.filter(pk=env.pk).update(notice_period=timedelta(0))
     r.refresh_from_db()
-    assert machine.authorize_destroy(r, cand, timezone.now())
+    assert authorize_destroy(r, cand, timezone.now())
 
 
 def test_a_broken_channel_never_delays_or_blocks_a_retirement(warm, reconcile, local, receiver):
@@ -219,14 +221,14 @@ def test_needs_attention_is_announced_when_a_record_turns(warm, reconcile, local
         raise RuntimeError("toolbox unreachable")
 
     monkeypatch.setattr(local.inner, "hash_files", broken)
-    for _ in range(machine.NEEDS_ATTENTION_AFTER):
+    for _ in range(NEEDS_ATTENTION_AFTER):
         reconcile()
         m.Retirement.objects.filter(lease=lease).update(next_attempt_at=timezone.now())
     r = retirement_of(lease)
     assert r.needs_attention
     (event,) = m.NotificationEvent.objects.filter(type="retirement.needs_attention")
     assert "toolbox unreachable" in event.payload["last_error"]
-    assert event.payload["attempts"] == machine.NEEDS_ATTENTION_AFTER
+    assert event.payload["attempts"] == NEEDS_ATTENTION_AFTER
 
 
 def test_channels_created_through_the_action_hear_the_reconciler(warm, reconcile, admin, receiver):

@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from sandboxes import models as m
 from sandboxes.providers.local import LocalProvider
-from sandboxes.reconciler import machine
 from sandboxes.reconciler.passes import run_pass
 from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
 from tests import factories as f
@@ -31,7 +30,9 @@ def demo(settings, tmp_path, monkeypatch):
     reset_providers()
     call_command("demo_fleet", quiet=True)
     provider = LocalProvider(root=settings.LOCAL_SANDBOX_ROOT)
-    monkeypatch.setattr(machine, "default_provider_for", lambda env, name="": provider)
+    monkeypatch.setattr(
+        "sandboxes.reconciler.worker.default_provider_for", lambda env, name="": provider
+    )
     yield provider
     reset_providers()
 

@@ -17,8 +17,11 @@ from django.utils import timezone
 
 from sandboxes import actions
 from sandboxes import models as m
-from sandboxes.reconciler import machine
+from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
+from sandboxes.reconciler.plan import Plan
+from sandboxes.reconciler.steps import retire_sandbox
+from sandboxes.reconciler.worker import Worker
 from sandboxes.roles import OPERATORS
 from tests import factories as f
 
@@ -149,8 +152,8 @@ def _claim(r):
 def _retire(r, local):
     """Call the one destroy path directly, as a worker whose plan said `retire`."""
     r.refresh_from_db()
-    plan = machine.Plan("retire", r.pk, r.environment, r.provider_lease_id)
-    machine.retire_sandbox(plan, _claim(r), machine.Worker(provider_for=lambda e: local))
+    plan = Plan("retire", r.pk, r.environment, r.provider_lease_id)
+    retire_sandbox(plan, _claim(r), Worker(provider_for=lambda e: local))
     r.refresh_from_db()
 
 
@@ -319,7 +322,7 @@ def test_an_approval_counts_only_for_the_proof_it_approved(warm, local):
         confirmed_at=timezone.now() + timedelta(seconds=1),
         payload={"clean": True, "added": [], "changed": [], "deleted": []},
     )
-    with pytest.raises(machine.DestroyRefused, match="manual mode: no operator approval"):
+    with pytest.raises(DestroyRefused, match="manual mode: no operator approval"):
         _retire(r, local)
     assert local.count("destroy") == 0
 

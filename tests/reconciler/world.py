@@ -24,7 +24,6 @@ from django.utils import timezone
 from sandboxes import models as m
 from sandboxes.providers.daytona import DaytonaProvider
 from sandboxes.providers.simulator import HOME, FaultConfig, SimulatorServer
-from sandboxes.reconciler import machine
 
 SAVED = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n"}
 _clock = itertools.count()
@@ -283,7 +282,7 @@ def world_factory(tmp_path, monkeypatch, settings):
             return client
 
         # `reconcile --once` builds its clients here: point them at the simulator.
-        monkeypatch.setattr(machine, "default_provider_for", provider_for)
+        monkeypatch.setattr("sandboxes.reconciler.worker.default_provider_for", provider_for)
         return World(server, tmp_path, mode)
 
     yield make

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from sandboxes.models import Environment
-from sandboxes.reconciler import machine
+from sandboxes.reconciler import claims
 from sandboxes.reconciler.passes import run_pass
 
 log = logging.getLogger("sandboxes.reconciler.command")
@@ -43,10 +43,10 @@ class Command(BaseCommand):
                     dry_run=dry_run,
                     progress=lambda line: self.stdout.write(line),
                 )
-            except machine.DB_LOST as exc:
+            except claims.DB_LOST as exc:
                 # The database went away (restart, dropped connection). A loop
                 # keeps going: reconnect on the next pass, after a short backoff.
-                machine.reset_connection()
+                claims.reset_connection()
                 if once or dry_run:
                     raise CommandError(f"the database is unreachable: {exc}") from exc
                 failures += 1

@@ -1,0 +1,240 @@
+"""The planner: under the record's row lock, re-judge the lease, refresh its
+holds and pick the next step (docs/architecture.md, step 6).
+
+What comes next is decided by `decide.next_step`, the pure decision the
+listing and the policy preview share; this module loads what it needs under
+the lock and turns its answer into a wait, a close, or a `Plan` for a step.
+The next step is derived from the record's receipts, never from memory.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+
+from sandboxes import audit
+from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
+from sandboxes.models.choices import STAGES_CLOSED, ReceiptKind, Stage
+from sandboxes.notifications import events as notify
+from sandboxes.proof import Proof, fingerprint_of, has_approval, proof_from_receipts, void_reason
+
+from . import decide
+from .candidates import Candidate, judge_lease_locked
+from .claims import fenced
+from .gate import proof_key_of, proof_receipts, record_void
+from .holds import blocking_holds, compute_holds, explain
+from .records import close_record, wait_record
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+
+@dataclass
+class Plan:
+    action: str  # stop_only | stop_before_wait | compare | export | retire
+    retirement_id: uuid.UUID
+    environment: Environment
+    sandbox_id: str
+    root: str = ""
+    manifest: dict = field(default_factory=dict)
+    export_files: dict = field(default_factory=dict)
+    deleted: list = field(default_factory=list)
+    compare_receipt_id: str = ""
+    provider: str = ""  # the record's (the lease's) provider; "": the environment's
+    # What the sandbox was when the step was planned (under the row lock); the
+    # step's receipt records it, and the destroy gate compares it with the present.
+    fingerprint: dict = field(default_factory=dict)
+
+
+def workspace_root(lease: EnvironmentLease, environment: Environment) -> str:
+    return (lease.metadata or {}).get("remoteCwd") or environment.workspace_root or "workspace"
+
+
+def _latest_compare(receipts: list[Receipt]) -> Receipt | None:
+    compares = [x for x in receipts if x.kind == ReceiptKind.SALVAGE_COMPARE]
+    return compares[-1] if compares else None
+
+
+def _refresh_holds(r: Retirement, cand: Candidate | None, now) -> list[str]:
+    if cand is None or cand.kind is None:
+        return []
+    r.kind = cand.kind
+    r.holds = compute_holds(
+        cand.facts, cand.kind, operator_hold_reason=r.operator_hold_reason, now=now
+    )
+    r.hold_reasons = explain(r.holds)
+    return blocking_holds(r.holds, cand.kind)
+
+
+def _give_notice(r: Retirement, proof_key: str, now) -> None:
+    """Auto mode with a notice period: announce the retirement and wait for it.
+    The destroy comes on a later pass that re-checks everything (authorize_destroy)."""
+    before = {"stage": r.stage}
+    r.retire_after = now + r.environment.notice_period
+    r.notice_proof = proof_key
+    wait_record(r, Stage.NOTICED, next_attempt_at=r.retire_after)
+    audit.record(
+        actor=None,
+        action="retirement.noticed",
+        obj=r,
+        reason=f"notice period: retired after {r.retire_after.isoformat()} unless held",
+        before=before,
+        after={"stage": r.stage, "retire_after": r.retire_after.isoformat()},
+    )
+    notify.notice(r)
+
+
+def _wait_for_cap(r: Retirement, started: bool, base: dict, now) -> Plan | None:
+    """The blast-radius cap is reached for this pass: the record waits for the next
+    pass, after the sandbox the console started for it is stopped again
+    (docs/rules.md, what happens next)."""
+    if started:
+        r.save()
+        return Plan("stop_before_wait", **base)
+    wait_record(r, r.stage, next_attempt_at=now)
+    return None
+
+
+def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
+    """Under the row lock: re-check the predicate and holds, and decide the next step.
+    Returns None when the record now waits or is closed."""
+    now = timezone.now()
+    with fenced(retirement_id, attempt_id) as r:
+        if r.stage in STAGES_CLOSED:
+            return None
+        env = r.environment
+        cand = judge_lease_locked(r.lease_id)
+        started = r.started_for_salvage
+        base: dict[str, Any] = {
+            "retirement_id": r.pk,
+            "environment": env,
+            "sandbox_id": r.provider_lease_id,
+            "provider": r.provider,
+        }
+
+        if cand is None or cand.kind is None:
+            if started:
+                return Plan("stop_before_wait", **base)
+            _dismiss(r, now)
+            return None
+
+        blocking = _refresh_holds(r, cand, now)
+        receipts = proof_receipts(r)
+        fingerprint = fingerprint_of(r)
+        proof = proof_from_receipts(r, receipts, fingerprint)
+        proof_key = proof_key_of(proof)
+        step = decide.next_step(
+            decide.Situation(
+                kind=r.kind,
+                blocking=tuple(blocking),
+                mode=env.retirement_mode,
+                started=started,
+                proof=bool(proof),
+                approved=has_approval(r, proof, receipts),
+                notice=env.notice_period,
+                notice_valid=decide.notice_valid(r.retire_after, r.notice_proof, proof_key),
+                retire_after=r.retire_after,
+                under_cap=worker.under_cap(env),
+            ),
+            now,
+        )
+        if step == decide.SALVAGE:
+            return _plan_salvage(r, base, proof, receipts, fingerprint)
+        return _follow(r, step, base, proof_key, now)
+
+
+def _dismiss(r: Retirement, now) -> None:
+    close_record(r, Stage.DISMISSED, "no longer a candidate (the predicate stopped matching)", now)
+
+
+def _follow(r: Retirement, step: str, base: dict, proof_key: str, now) -> Plan | None:
+    """Every answer of next_step but salvage: a wait, or a plan for a step."""
+    # A sandbox the console started for salvage is stopped before its record
+    # waits, in every mode: observe forbids starts and destroys, and a stop
+    # only puts back the state the console found (docs/rules.md, holds).
+    if step == decide.STOP_BEFORE_WAIT:
+        r.save()
+        return Plan("stop_before_wait", **base)
+    if step == decide.HOLD:
+        wait_record(r, Stage.HELD)
+        return None
+    if step == decide.OBSERVE:
+        # Observe: list and explain only; never a provider call beyond reads.
+        wait_record(r, Stage.LISTED)
+        return None
+    if step == decide.STOP_ONLY:
+        r.save()
+        return Plan("stop_only", **base)
+    if step == decide.AWAIT_APPROVAL:
+        entering = r.stage != Stage.AWAITING_APPROVAL
+        wait_record(r, Stage.AWAITING_APPROVAL)
+        if entering:
+            notify.awaiting_approval(r, proof_key)
+        return None
+    if step == decide.GIVE_NOTICE:
+        _give_notice(r, proof_key, now)
+        return None
+    if step == decide.WAIT_NOTICE:
+        wait_record(r, Stage.NOTICED, next_attempt_at=r.retire_after)
+        return None
+    if step == decide.WAIT_CAP:
+        return _wait_for_cap(r, r.started_for_salvage, base, now)
+    # decide.RETIRE, or decide.UNPROVED: resume_failed is proved by its
+    # replacement, never by a compare (seed 004): the sandbox is not started.
+    # Without that proof the gate refuses, and the record retries and then
+    # needs attention.
+    r.stage = Stage.RETIRING
+    r.save()
+    return Plan("retire", **base)
+
+
+def _exportable(latest: Receipt | None, receipts: list[Receipt], fingerprint: dict) -> bool:
+    """The latest compare found unsaved files, saw the workspace, was not made
+    stale by a failed export, and still matches the sandbox: export them."""
+    if latest is None:
+        return False
+    stale = any(
+        x.kind == ReceiptKind.SALVAGE_EXPORT
+        and x.payload.get("stale")
+        and x.payload.get("compare_receipt_id") == str(latest.pk)
+        for x in receipts
+    )
+    return (
+        latest.payload.get("clean") is False
+        and not latest.payload.get("root_not_found")
+        and not stale
+        and not void_reason(latest.payload.get("fingerprint"), fingerprint, "compare")
+    )
+
+
+def _plan_salvage(
+    r: Retirement, base: dict, proof: Proof, receipts: list[Receipt], fingerprint: dict
+) -> Plan:
+    """decide.SALVAGE: compare (and export) to earn the proof."""
+    if proof.void:
+        # What the proof saw has moved on: compare again (below), and say so.
+        record_void(r, proof)
+    base["fingerprint"] = fingerprint
+    lease = r.lease
+    root = workspace_root(lease, r.environment)
+    latest = _latest_compare(receipts)
+    if _exportable(latest, receipts, fingerprint) and latest is not None:
+        r.stage = Stage.EXPORTING
+        r.save()
+        files = {f["path"]: f for f in latest.payload["added"] + latest.payload["changed"]}
+        return Plan(
+            "export",
+            **base,
+            root=root,
+            export_files=files,
+            deleted=list(latest.payload.get("deleted", [])),
+            compare_receipt_id=str(latest.pk),
+        )
+    r.stage = Stage.COMPARING
+    r.save()
+    workspace = lease.execution_workspace
+    manifest = (workspace.saved_manifest or {}) if workspace is not None else {}
+    return Plan("compare", **base, root=root, manifest=manifest)
