@@ -122,11 +122,10 @@ def fleet_costs(scope: Q | None = None) -> dict:
     from django.db.models import Count, Sum
 
     from sandboxes.models import Retirement
-    from sandboxes.models.choices import STAGES_CLOSED
 
     rows = (
         Retirement.objects.filter(scope or Q())
-        .exclude(stage__in=STAGES_CLOSED)
+        .open()
         .annotate(daily=daily_cost_expression())
         .values("environment__name")
         .annotate(

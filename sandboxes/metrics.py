@@ -31,8 +31,9 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sandboxes.api.auth import bearer_token
 from sandboxes.models import ApiToken, ReconcilerPass, Retirement
-from sandboxes.models.choices import STAGES_CLOSED, HoldCode, Stage, TokenScope
+from sandboxes.models.choices import HoldCode, Stage, TokenScope
 from sandboxes.providers import base as provider_base
 
 PREFIX = "paperclip_console"
@@ -81,8 +82,6 @@ def _process_registry() -> CollectorRegistry:
 
 
 # --- fleet gauges from the database ---------------------------------------------
-
-OPEN_STAGES = [s.value for s in Stage if s not in STAGES_CLOSED]
 
 
 class FleetCollector(Collector):
@@ -155,9 +154,7 @@ class FleetCollector(Collector):
             labels=["code"],
         )
         counts: Counter = Counter({code.value: 0 for code in HoldCode})
-        for codes in Retirement.objects.filter(stage__in=OPEN_STAGES).values_list(
-            "holds", flat=True
-        ):
+        for codes in Retirement.objects.open().values_list("holds", flat=True):
             for code in set(codes or ()):
                 counts[code] += 1
         for code, n in sorted(counts.items()):
@@ -205,11 +202,6 @@ def render() -> bytes:
 # --- the view -----------------------------------------------------------------
 
 
-def _bearer(request) -> str:
-    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
-
-
 def _authorized(raw: str) -> bool | None:
     """True: allowed; False: a valid token of the wrong scope; None: unknown."""
     expected = settings.METRICS_TOKEN
@@ -226,7 +218,7 @@ def _authorized(raw: str) -> bool | None:
 def metrics_view(request):
     """Prometheus exposition; `Authorization: Bearer` with METRICS_TOKEN or an
     operator-scope API token (401 without one, 403 for an ingest token)."""
-    raw = _bearer(request)
+    raw = bearer_token(request)
     allowed = _authorized(raw) if raw else None
     if allowed is None:
         response = JsonResponse({"error": "missing or invalid bearer token"}, status=401)

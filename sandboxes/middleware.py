@@ -13,7 +13,7 @@ The Content-Security-Policy itself comes from django-csp (settings.py).
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 
-from sandboxes.views.common import BadCursor
+from sandboxes.paging import BadCursor
 
 PERMISSIONS_POLICY = ", ".join(
     f"{feature}=()"

@@ -8,7 +8,9 @@ from django.utils import timezone
 from sandboxes.models import ApiToken
 
 
-def _bearer(request) -> str | None:
+def bearer_token(request) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (the scheme in any
+    case), or None without one. The machine API and /metrics both read it."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
@@ -25,7 +27,7 @@ def token_required(scope: str):
     def decorator(view):
         @wraps(view)
         def wrapper(request, *args, **kwargs):
-            raw = _bearer(request)
+            raw = bearer_token(request)
             token = ApiToken.authenticate(raw) if raw else None
             if token is None:
                 response = JsonResponse({"error": "missing or invalid bearer token"}, status=401)

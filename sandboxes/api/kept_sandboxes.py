@@ -2,8 +2,6 @@
 operator-scope tokens. Actions go through `sandboxes.actions`, the same code
 path and audit rows as the console's buttons."""
 
-import uuid
-
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.urls import reverse
@@ -13,8 +11,8 @@ from django.views.decorators.http import require_GET, require_POST
 from sandboxes import actions
 from sandboxes.ingest.schemas import TooDeep, decode_json
 from sandboxes.models import Receipt, Retirement
-from sandboxes.models.choices import STAGES_CLOSED, HoldCode, RetirementKind, Stage, TokenScope
-from sandboxes.views.common import hold_filter, keyset_page
+from sandboxes.models.choices import HoldCode, RetirementKind, Stage, TokenScope
+from sandboxes.paging import keyset_page
 
 from .auth import token_required
 
@@ -62,29 +60,17 @@ def _bad(message: str, status: int = 400) -> JsonResponse:
 @token_required(TokenScope.OPERATOR)
 def kept_sandboxes(request):
     params = request.GET
-    qs = Retirement.objects.all()
     stage = params.get("stage", "")
-    if stage in ("", "open"):
-        qs = qs.exclude(stage__in=list(STAGES_CLOSED))
-    elif stage != "all":
-        if stage not in Stage.values:
-            return _bad(f"unknown stage {stage!r}")
-        qs = qs.filter(stage=stage)
-    if kind := params.get("kind"):
-        if kind not in RetirementKind.values:
-            return _bad(f"unknown kind {kind!r}")
-        qs = qs.filter(kind=kind)
-    if code := params.get("hold"):
-        if code not in HoldCode.values:
-            return _bad(f"unknown hold {code!r}")
-        qs = hold_filter(qs, code)
-    if env := params.get("environment"):
-        if "\x00" in env:
-            return _bad("environment cannot contain NUL characters")
-        try:
-            qs = qs.filter(environment_id=uuid.UUID(env))
-        except ValueError:
-            qs = qs.filter(environment__name=env)
+    if stage not in ("", "open", "all") and stage not in Stage.values:
+        return _bad(f"unknown stage {stage!r}")
+    if (kind := params.get("kind")) and kind not in RetirementKind.values:
+        return _bad(f"unknown kind {kind!r}")
+    if (code := params.get("hold")) and code not in HoldCode.values:
+        return _bad(f"unknown hold {code!r}")
+    if "\x00" in params.get("environment", ""):
+        return _bad("environment cannot contain NUL characters")
+    filters = {name: params.get(name, "") for name in ("stage", "kind", "hold", "environment")}
+    qs = Retirement.objects.matching(filters)
     try:
         limit = min(max(int(params.get("limit", DEFAULT_LIMIT)), 1), MAX_LIMIT)
     except ValueError:

@@ -190,6 +190,17 @@ class Stage(models.TextChoices):
 
 
 STAGES_CLOSED = (Stage.RETIRED, Stage.DISMISSED, Stage.CORRECTED)
+# Stages a reconciler worker may pick up once next_attempt_at is due. `held`
+# records are released by the listing sync once their holds clear.
+WORKABLE_STAGES = (
+    Stage.LISTED,
+    Stage.COMPARING,
+    Stage.EXPORTING,
+    Stage.RETIRING,
+    Stage.AWAITING_APPROVAL,
+    Stage.NOTICED,
+    Stage.FAILED,
+)
 
 
 class HoldCode(models.TextChoices):

@@ -3,9 +3,10 @@
 import hashlib
 import secrets
 import uuid
+from collections.abc import Mapping
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from .choices import (
     STAGES_CLOSED,
+    WORKABLE_STAGES,
     ReceiptKind,
     RetirementKind,
     Stage,
@@ -42,6 +44,79 @@ class AppendOnlyModel(models.Model):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+
+
+# A record is open until it closes as retired, dismissed or corrected: the one
+# definition of "open" (RetirementQuerySet.open, Retirement.is_open, and the
+# one-open-record-per-sandbox constraint).
+OPEN_RECORDS = ~Q(stage__in=list(STAGES_CLOSED))
+
+
+class RetirementQuerySet(models.QuerySet):
+    """The questions views, the API, metrics and the reconciler ask of the
+    records, asked the same way everywhere."""
+
+    def open(self):
+        return self.filter(OPEN_RECORDS)
+
+    def due(self, now):
+        """Due work, plus held records still flagged as started by a dead worker:
+        the sandbox they started must be stopped before they wait
+        (docs/architecture.md, claimed). Claimed or not: the claim filters that."""
+        return self.filter(
+            Q(stage__in=WORKABLE_STAGES, next_attempt_at__lte=now)
+            | Q(stage=Stage.HELD, started_for_salvage=True)
+        )
+
+    def with_hold(self, code: str):
+        """Records whose hold list holds `code`. PostgreSQL has JSON containment;
+        SQLite (the embedded `make run`) does not, so match the quoted code in
+        the stored text instead (codes are plain identifiers)."""
+        if connection.vendor == "postgresql":
+            return self.filter(holds__contains=[code])
+        return self.filter(holds__icontains=f'"{code}"')
+
+    def search(self, text: str):
+        """A sandbox id (part of it), a task key, or a record, lease or run id."""
+        text = text.strip()
+        if not text:
+            return self
+        cond = Q(provider_lease_id__icontains=text) | Q(lease__issue__key__iexact=text)
+        try:
+            value = uuid.UUID(text)
+        except ValueError:
+            pass
+        else:
+            cond |= Q(pk=value) | Q(lease_id=value) | Q(lease__heartbeat_run_id=value)
+        return self.filter(cond)
+
+    def matching(self, filters: Mapping):
+        """The list filters of the console and the API, already validated:
+        `stage` ("" or "open": open records, "all", or one stage), `kind`,
+        `hold`, `environment` (an id, else a name), `provider_state`,
+        `attention` ("yes"/"no") and `q` (search). Empty values filter nothing."""
+        qs = self
+        stage = filters.get("stage") or ""
+        if stage in ("", "open"):
+            qs = qs.open()
+        elif stage != "all":
+            qs = qs.filter(stage=stage)
+        if kind := filters.get("kind"):
+            qs = qs.filter(kind=kind)
+        if code := filters.get("hold"):
+            qs = qs.with_hold(code)
+        if environment := filters.get("environment"):
+            try:
+                qs = qs.filter(environment_id=uuid.UUID(str(environment)))
+            except ValueError:
+                qs = qs.filter(environment__name=environment)
+        if provider_state := filters.get("provider_state"):
+            qs = qs.filter(provider_state=provider_state)
+        if filters.get("attention") == "yes":
+            qs = qs.filter(needs_attention=True)
+        elif filters.get("attention") == "no":
+            qs = qs.filter(needs_attention=False)
+        return qs.search(filters.get("q") or "")
 
 
 class Retirement(models.Model):
@@ -98,13 +173,15 @@ class Retirement(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
     closed_reason = models.CharField(max_length=200, blank=True)
 
+    objects = RetirementQuerySet.as_manager()
+
     class Meta:
         constraints = [
             enum_check("kind", RetirementKind, model="retirement"),
             enum_check("stage", Stage, model="retirement"),
             models.UniqueConstraint(
                 fields=["provider", "provider_lease_id"],
-                condition=~Q(stage__in=list(STAGES_CLOSED)),
+                condition=OPEN_RECORDS,
                 name="retirement_one_open_per_sandbox",
             ),
             models.CheckConstraint(
@@ -149,6 +226,7 @@ class Retirement(models.Model):
 
     @property
     def is_open(self) -> bool:
+        """The record's own stage against OPEN_RECORDS' stage list."""
         return self.stage not in STAGES_CLOSED
 
 

@@ -18,7 +18,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from sandboxes.models import Retirement
-from sandboxes.models.choices import STAGES_CLOSED
 from sandboxes.models.mirror import PRICE_FIELDS
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ def refresh_sizes(worker, environment_id=None, *, now=None, limit: int = READS_P
     for name in PRICE_FIELDS:
         priced |= Q(**{f"environment__{name}__isnull": False})
     qs = (
-        Retirement.objects.exclude(stage__in=STAGES_CLOSED)
+        Retirement.objects.open()
         .filter(priced)
         .filter(Q(reported_at__isnull=True) | Q(reported_at__lt=now - STALE_AFTER))
         .select_related("environment")

@@ -11,9 +11,10 @@ from django.views.decorators.http import require_GET, require_POST
 from sandboxes import actions
 from sandboxes.forms import PolicyForm, PriceForm, TokenForm
 from sandboxes.models import ApiToken, Environment, ReconcilerPass
+from sandboxes.paging import keyset_page
 from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
 from sandboxes.roles import ASSIGN_ROLES
-from sandboxes.views.common import console_view, keyset_page, permission, permission_named
+from sandboxes.views.common import console_view, permission, permission_named
 
 PASS_PAGE_SIZE = 50
 

@@ -11,8 +11,9 @@ from sandboxes import actions
 from sandboxes.forms import BulkApproveForm
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import ReceiptKind, Stage
+from sandboxes.paging import keyset_page
 from sandboxes.proof import PROOF_KINDS, fingerprints_of, has_approval, proof_from_receipts
-from sandboxes.views.common import console_view, counted, keyset_page, permission
+from sandboxes.views.common import console_view, counted, permission
 
 PAGE_SIZE = actions.MAX_BULK_APPROVE
 

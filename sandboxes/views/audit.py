@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET
 
 from sandboxes.forms import AuditFilterForm
 from sandboxes.models import AuditEvent, Environment
-from sandboxes.views.common import console_view, counted, keyset_page, query_without
+from sandboxes.paging import keyset_page
+from sandboxes.views.common import console_view, counted, query_without
 
 PAGE_SIZE = 100
 EXPORT_FIELDS = (

@@ -11,7 +11,8 @@ from sandboxes.actions import ActionRefused
 from sandboxes.forms import ChannelEditForm, ChannelForm
 from sandboxes.models import Environment, NotificationChannel, NotificationDelivery
 from sandboxes.notifications import channels as actions
-from sandboxes.views.common import console_view, keyset_page, permission
+from sandboxes.paging import keyset_page
+from sandboxes.views.common import console_view, permission
 
 LOG_PAGE_SIZE = 50
 

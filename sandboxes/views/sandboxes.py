@@ -2,7 +2,6 @@
 operator buttons (approve, retry, hold, release hold, attest)."""
 
 import hashlib
-import uuid
 
 from django.contrib import messages
 from django.db.models import Count, F, Max
@@ -24,7 +23,8 @@ from sandboxes.models import (
     Receipt,
     Retirement,
 )
-from sandboxes.models.choices import STAGES_CLOSED, ReceiptKind, Stage
+from sandboxes.models.choices import ReceiptKind, Stage
+from sandboxes.paging import keyset_page
 from sandboxes.proof import (
     PROOF_KINDS,
     fingerprint_from,
@@ -37,8 +37,6 @@ from sandboxes.views.common import (
     LIVE_TRIGGER,
     console_view,
     counted,
-    hold_filter,
-    keyset_page,
     live_fingerprint,
     permission,
     query_without,
@@ -67,43 +65,6 @@ HOLD_EXPLANATIONS = {
 }
 
 
-def search(qs, text: str):
-    from django.db.models import Q
-
-    text = text.strip()
-    if not text:
-        return qs
-    cond = Q(provider_lease_id__icontains=text) | Q(lease__issue__key__iexact=text)
-    try:
-        value = uuid.UUID(text)
-    except ValueError:
-        pass
-    else:
-        cond |= Q(pk=value) | Q(lease_id=value) | Q(lease__heartbeat_run_id=value)
-    return qs.filter(cond)
-
-
-def filter_retirements(qs, data: dict):
-    stage = data.get("stage") or ""
-    if not stage:
-        qs = qs.exclude(stage__in=list(STAGES_CLOSED))
-    elif stage != "all":
-        qs = qs.filter(stage=stage)
-    if data.get("kind"):
-        qs = qs.filter(kind=data["kind"])
-    if data.get("hold"):
-        qs = hold_filter(qs, data["hold"])
-    if data.get("environment"):
-        qs = qs.filter(environment_id=data["environment"])
-    if data.get("provider_state"):
-        qs = qs.filter(provider_state=data["provider_state"])
-    if data.get("attention") == "yes":
-        qs = qs.filter(needs_attention=True)
-    elif data.get("attention") == "no":
-        qs = qs.filter(needs_attention=False)
-    return search(qs, data.get("q") or "")
-
-
 @console_view
 @require_GET
 def sandbox_list(request):
@@ -114,10 +75,9 @@ def sandbox_list(request):
     environments = list(Environment.objects.only("id", "name").order_by("name"))
     form = KeptFilterForm(request.GET, environments=environments)
     data = form.cleaned_data if form.is_valid() else {}
-    qs = filter_retirements(
-        Retirement.objects.select_related("environment", "lease__issue", "lease__heartbeat_run"),
-        data,
-    )
+    qs = Retirement.objects.select_related(
+        "environment", "lease__issue", "lease__heartbeat_run"
+    ).matching(data)
     total = counted(qs)
     qs = qs.annotate(daily=daily_cost_expression())
     page = keyset_page(
@@ -219,7 +179,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         attachments[str(a.pk)] = a
         attachments.setdefault(a.sha256, a)
     user = request.user
-    is_open = r.stage not in STAGES_CLOSED
+    is_open = r.is_open
     holds = [
         {"code": code, "text": (r.hold_reasons or {}).get(code) or HOLD_EXPLANATIONS.get(code, "")}
         for code in (r.holds or [])

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandboxes.views.common import encode_cursor
+from sandboxes.paging import encode_cursor
 from tests.factories import RetirementFactory
 
 from .conftest import FUZZ, client_for
