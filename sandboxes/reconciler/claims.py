@@ -17,27 +17,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from sandboxes.models import Retirement
-from sandboxes.models.choices import Stage
 
 log = logging.getLogger(__name__)
 
 CLAIM_SECONDS = 15 * 60
-# Stages a worker may pick up when next_attempt_at is due. `held` records are
-# released by the listing sync once their holds clear.
-WORKABLE_STAGES = (
-    Stage.LISTED,
-    Stage.COMPARING,
-    Stage.EXPORTING,
-    Stage.RETIRING,
-    Stage.AWAITING_APPROVAL,
-    Stage.NOTICED,
-    Stage.FAILED,
-)
-
 # A dropped or broken database connection (server restart, pg_terminate_backend,
 # network cut). Nothing half-written survives it: each fenced write is one
 # transaction. The record is retried; the worker reconnects and goes on.
@@ -56,14 +43,6 @@ class ClaimLost(Exception):
     """Another worker owns the record now (our claim expired); drop our result."""
 
 
-def due_filter(now) -> Q:
-    """Due work, plus held records still flagged as started by a dead worker: the
-    sandbox they started must be stopped before they wait."""
-    return Q(stage__in=WORKABLE_STAGES, next_attempt_at__lte=now) | Q(
-        stage=Stage.HELD, started_for_salvage=True
-    )
-
-
 @dataclass(frozen=True)
 class Claim:
     retirement_id: uuid.UUID
@@ -79,7 +58,7 @@ def claim_next(*, environment_id=None, exclude=(), now=None) -> Claim | None:
     worker that dies strands at most the one record it was working on."""
     now = now or timezone.now()
     with transaction.atomic():
-        qs = Retirement.objects.filter(due_filter(now)).exclude(claimed_until__gt=now)
+        qs = Retirement.objects.due(now).exclude(claimed_until__gt=now)
         if environment_id is not None:
             qs = qs.filter(environment_id=environment_id)
         if exclude:

@@ -261,7 +261,7 @@ def _items(policy: Policy, records, candidates, judged, now, cache: dict) -> lis
 
 
 def _due(item: _Item, now) -> bool:
-    """machine.due_filter, on the item's post-listing state."""
+    """Retirement.objects.due (what claims.claim_next picks), on the item's post-listing state."""
     if item.claimed:
         return False
     if item.stage == Stage.HELD:
