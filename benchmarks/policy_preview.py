@@ -6,7 +6,7 @@ own listing + holds (`evaluate_fleet`). Prints time, query count and writes.
     .venv/bin/python benchmarks/policy_preview.py [--sizes 10000,100000] [--repeat 5]
 
 Target: under 2 s at 100k leases, with a fixed number of queries and no write.
-The fleet is a year of history (sandboxes/bench_fleet.py), all in one
+The fleet is a year of history (devtools/bench_fleet.py), all in one
 environment, with one kept sandbox per 10 leases by default (--kept-share).
 The preview evaluates the fleet twice (current and proposed policy) on one
 listing, so its own floor is about one listing plus the Python of two replays.
@@ -36,7 +36,7 @@ def main() -> None:
     from django.db import connection
     from reconciler_listing import clear, load, raw_counters, timed
 
-    from sandboxes.bench_fleet import build_fleet
+    from devtools.bench_fleet import build_fleet
     from sandboxes.models import Environment, EnvironmentLease, Retirement
     from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
     from sandboxes.reconciler.preview import Policy, preview

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools.simulator import SimulatorProcess
 from sandboxes.providers.daytona import DaytonaProvider
-from sandboxes.providers.simulator import SimulatorProcess
 
 MIB = 1024 * 1024
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools.simulator import SimulatorProcess
 from sandboxes.providers.base import SandboxState
 from sandboxes.providers.daytona import DaytonaProvider
-from sandboxes.providers.simulator import SimulatorProcess
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ Two fleets:
 
 * `--sizes`: issue 4's fleet (bulk_create, ~14 % of the leases are candidates).
   Target (issue 16): 100k leases, listing + holds under 1 s.
-* `--fleet`: a year of history (sandboxes.bench_fleet, loaded with COPY): ~95 %
+* `--fleet`: a year of history (devtools.bench_fleet, loaded with COPY): ~95 %
   of the lease rows `expired`, one kept sandbox per 200 rows (5,000 at 1M)
   across every kind and hold. Targets (issue 16) at 1M: listing + holds + sync
   under 1 s and within 3x of the raw SQL count with JIT off; a pass over the
@@ -287,7 +287,7 @@ def old_fleet(sizes: list[int], repeat: int) -> None:
 
 
 def year_fleet(sizes: list[int], repeat: int, per_kept: int) -> None:
-    from sandboxes.bench_fleet import build_fleet as build_year
+    from devtools.bench_fleet import build_fleet as build_year
     from sandboxes.models import ReconcilerPass, Retirement
     from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
     from sandboxes.reconciler.passes import run_pass

@@ -37,6 +37,11 @@ INSTALLED_APPS = [
     "django_q",
     "sandboxes",
 ]
+# The harness (chaos wave, Daytona simulator, demo and benchmark fleets, their
+# commands) is installed for development and by the test settings, never in
+# production: DEBUG off is production (docs/architecture.md, the rooms).
+if DEBUG:
+    INSTALLED_APPS.append("devtools")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

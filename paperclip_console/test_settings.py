@@ -12,7 +12,12 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/paperc
 os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
 
 from paperclip_console.settings import *  # noqa: F403
-from paperclip_console.settings import STORAGES
+from paperclip_console.settings import INSTALLED_APPS, STORAGES
+
+# The harness the tests drive (the simulator, the demo and chaos fleets), which
+# production never installs.
+if "devtools" not in INSTALLED_APPS:
+    INSTALLED_APPS = [*INSTALLED_APPS, "devtools"]
 
 SECURE_SSL_REDIRECT = False
 SESSION_COOKIE_SECURE = False

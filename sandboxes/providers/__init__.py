@@ -1,4 +1,5 @@
-"""Provider I/O: one protocol over Daytona (HTTP), local directories and a simulator."""
+"""Provider I/O: one protocol over Daytona (HTTP) and local directories (the Daytona
+simulator that tests and the demo use is devtools/simulator.py)."""
 
 from sandboxes.providers.base import (
     CALL_HOOKS,

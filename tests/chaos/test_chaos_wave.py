@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.chaos.fleet import HOLD_CODES, KEPT, RETIRE_KINDS, RETIRED, build_fleet
+from devtools.chaos.fleet import HOLD_CODES, KEPT, RETIRE_KINDS, RETIRED, build_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = (

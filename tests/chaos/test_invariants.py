@@ -3,8 +3,8 @@ takes to converge fast (ending dead workers' claims, skipping retry backoff)."""
 
 import pytest
 
-from sandboxes.chaos import invariants as inv
-from sandboxes.chaos.fleet import build_fleet
+from devtools.chaos import invariants as inv
+from devtools.chaos.fleet import build_fleet
 
 pytestmark = pytest.mark.django_db
 

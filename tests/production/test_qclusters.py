@@ -15,7 +15,7 @@ import psycopg
 import pytest
 import redis
 
-from sandboxes.providers.simulator import HOME, FaultConfig, SimulatorServer
+from devtools.simulator import HOME, FaultConfig, SimulatorServer
 
 from .helpers import PYTHON, ROOT, manage, production_env
 

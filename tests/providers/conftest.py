@@ -3,10 +3,10 @@ clients with small budgets so fault tests stay fast."""
 
 import pytest
 
+from devtools.simulator import FaultConfig, SimulatorServer
 from sandboxes.providers.base import CALL_HOOKS
 from sandboxes.providers.daytona import DaytonaProvider
 from sandboxes.providers.local import LocalProvider
-from sandboxes.providers.simulator import FaultConfig, SimulatorServer
 
 API_KEY = "test-key"
 

@@ -20,6 +20,7 @@ import daytona_toolbox_api_client as toolbox_api
 import httpx
 import pytest
 
+from devtools.simulator import STATES
 from sandboxes.providers import wire
 from sandboxes.providers.base import (
     SETTLED_STATES,
@@ -28,7 +29,6 @@ from sandboxes.providers.base import (
     SandboxState,
 )
 from sandboxes.providers.daytona import _DESIRED, SERVER_START_WAIT_SECONDS, DaytonaProvider
-from sandboxes.providers.simulator import STATES
 from tests.providers.conftest import API_KEY, make_client
 
 OFFICIAL_STATES = [s for s in api.SandboxState if s != api.SandboxState.UNKNOWN_DEFAULT_OPEN_API]

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sandboxes.providers.simulator import FaultConfig, SimulatorServer
+from devtools.simulator import FaultConfig, SimulatorServer
 from tests.providers.conftest import API_KEY
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

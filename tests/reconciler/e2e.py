@@ -13,10 +13,10 @@ import uuid
 
 from django.core.management import call_command
 
+from devtools.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes import models as m
 from sandboxes.providers.daytona import DaytonaProvider
 from sandboxes.providers.local import LocalProvider
-from sandboxes.providers.simulator import HOME, FaultConfig, SimulatorServer
 
 
 def manifest(files):

@@ -7,10 +7,10 @@ from collections import Counter
 import pytest
 from django.db import connection
 
+from devtools.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes import models as m
 from sandboxes.providers.base import SandboxState
 from sandboxes.providers.daytona import DaytonaProvider
-from sandboxes.providers.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes.reconciler.passes import run_pass
 from tests import factories as f
 

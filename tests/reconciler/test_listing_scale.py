@@ -3,7 +3,7 @@
 - `EnvironmentLease.superseded` is kept by the database on every write path;
   it only ever marks rows the listing would skip anyway.
 - Listing, sync and a whole pass use the same number of queries on a small and
-  a larger year-of-history fleet (sandboxes.bench_fleet, the benchmark's own).
+  a larger year-of-history fleet (devtools.bench_fleet, the benchmark's own).
 - A pass over an unchanged fleet writes nothing but its ReconcilerPass row; a
   change writes only that difference.
 """
@@ -15,8 +15,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from devtools.bench_fleet import build_fleet
 from sandboxes import models as m
-from sandboxes.bench_fleet import build_fleet
 from sandboxes.reconciler.holds import STOP_ONLY_KINDS
 from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
 from sandboxes.reconciler.passes import run_pass

@@ -21,9 +21,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from devtools.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes import models as m
 from sandboxes.providers.daytona import DaytonaProvider
-from sandboxes.providers.simulator import HOME, FaultConfig, SimulatorServer
 
 SAVED = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n"}
 _clock = itertools.count()

@@ -12,11 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from devtools.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes import models as m
 from sandboxes.providers import reset_providers
 from sandboxes.providers.base import UnsafePath
 from sandboxes.providers.daytona import UntrustedHost, trusted_origins
-from sandboxes.providers.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes.reconciler.passes import run_pass
 from tests import factories as f
 from tests.providers.conftest import API_KEY, make_client

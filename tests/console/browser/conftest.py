@@ -10,7 +10,7 @@ import pytest
 # otherwise refuse database access from it.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
-from sandboxes.screenshots import CHROMIUM, CHROMIUM_ARGS
+from devtools.screenshots import CHROMIUM, CHROMIUM_ARGS
 
 SCREENSHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
 PASSWORD = "correct horse battery staple"

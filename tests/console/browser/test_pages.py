@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from sandboxes import screenshots
+from devtools import screenshots
 from sandboxes.models.choices import RunStatus, Stage
 from tests import factories as f
 from tests.console.browser.conftest import PASSWORD, SCREENSHOTS, log_in

@@ -144,9 +144,9 @@ def _decorate(ret_rows: list, now) -> m.Retirement:
 
 
 def _load_fleet(leases: int, stdout) -> m.Retirement:
-    """A year of history (sandboxes.bench_fleet: ~95 % expired, one kept sandbox
+    """A year of history (devtools.bench_fleet: ~95 % expired, one kept sandbox
     per 200 rows), listed by the reconciler, with records in every stage."""
-    from sandboxes.bench_fleet import build_fleet
+    from devtools.bench_fleet import build_fleet
     from sandboxes.reconciler.listing import sync_retirements
 
     now = timezone.now()

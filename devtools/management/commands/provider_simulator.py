@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from sandboxes.providers import simulator
+from devtools import simulator
 
 
 class Command(BaseCommand):

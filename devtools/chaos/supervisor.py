@@ -1,6 +1,6 @@
 """Reconciler worker processes for a wave: start, trace, SIGKILL, replace.
 
-Each worker is `python -m sandboxes.chaos.worker` (the reconcile command plus a
+Each worker is `python -m devtools.chaos.worker` (the reconcile command plus a
 claim/step trace). The supervisor reads the trace, so it knows which process
 owns a claim and which step it is in. When a worker dies, its claims would
 hold for 15 minutes; the supervisor ends them (`expire_claims_of_dead`),
@@ -66,7 +66,7 @@ class Supervisor:
         url = env["DATABASE_URL"]
         sep = "&" if "?" in url else "?"
         env["DATABASE_URL"] = f"{url}{sep}application_name=chaos-worker-{number}"
-        args = [sys.executable, "-m", "sandboxes.chaos.worker", "--interval", str(self.interval)]
+        args = [sys.executable, "-m", "devtools.chaos.worker", "--interval", str(self.interval)]
         if once:
             args.append("--once")
         process = subprocess.Popen(

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import httpx
 
-from sandboxes.chaos import invariants as inv
-from sandboxes.chaos.fleet import KEPT, RETIRE_KINDS, RETIRED, STOPPED, Fleet, build_fleet
-from sandboxes.chaos.fleet import case_events as fleet_case_events
-from sandboxes.chaos.fleet import workspace_root as fleet_root
-from sandboxes.chaos.supervisor import Supervisor
-from sandboxes.providers.simulator import FaultConfig
+from devtools.chaos import invariants as inv
+from devtools.chaos.fleet import KEPT, RETIRE_KINDS, RETIRED, STOPPED, Fleet, build_fleet
+from devtools.chaos.fleet import case_events as fleet_case_events
+from devtools.chaos.fleet import workspace_root as fleet_root
+from devtools.chaos.supervisor import Supervisor
+from devtools.simulator import FaultConfig
 
 SCENARIOS = (
     "abandoned_warm",
@@ -172,7 +172,7 @@ class Wave:
     # --- the run -------------------------------------------------------------------
 
     def run(self) -> WaveResult:
-        from sandboxes.providers.simulator import SimulatorProcess
+        from devtools.simulator import SimulatorProcess
 
         self.workdir = Path(tempfile.mkdtemp(prefix=f"chaos-wave-{self.o.seed}-"))
         self.media = self.workdir / "media"
@@ -222,10 +222,10 @@ class Wave:
     # --- phase 1: the fleet --------------------------------------------------------
 
     def _build(self, sim_url: str) -> Fleet:
+        from devtools.simulator import SimulatorControl
         from sandboxes import actions
         from sandboxes.models import ApiToken, Retirement
         from sandboxes.providers.daytona import DaytonaProvider
-        from sandboxes.providers.simulator import SimulatorControl
         from sandboxes.reconciler.listing import sync_retirements
 
         started = time.monotonic()
@@ -284,7 +284,7 @@ class Wave:
         }
 
     def _faults(self, fleet: Fleet, sup: Supervisor) -> None:
-        from sandboxes.providers.simulator import SimulatorControl
+        from devtools.simulator import SimulatorControl
 
         control = SimulatorControl(self.sim.url)
         started = time.monotonic()
@@ -567,7 +567,7 @@ class Wave:
     # --- phase 3: calm ------------------------------------------------------------------
 
     def _calm(self, fleet: Fleet, sup: Supervisor) -> float | None:
-        from sandboxes.providers.simulator import SimulatorControl
+        from devtools.simulator import SimulatorControl
 
         control = SimulatorControl(self.sim.url)
         # Not /_sim/reset: it would clear the call log the verdict reads.

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from sandboxes.chaos.wave import KILL_POINTS, SCENARIOS, Wave, WaveOptions, format_report
+from devtools.chaos.wave import KILL_POINTS, SCENARIOS, Wave, WaveOptions, format_report
 
 
 def _names(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """A reconciler worker for chaos waves: `manage.py reconcile`, with a trace on stdout.
 
-    python -m sandboxes.chaos.worker [--once] [--interval S]
+    python -m devtools.chaos.worker [--once] [--interval S]
 
 Runs the real command. The only addition is a line per claim and per step
 (`CLAIM <attempt_id> <retirement_id>`, `STEP <retirement_id> <action>`, `DONE …`), flushed

@@ -12,7 +12,7 @@ million leases load in about a minute on a small machine. Columns the builder
 does not set get their model default, so new nullable or defaulted columns do
 not break it.
 
-    from sandboxes.bench_fleet import build_fleet
+    from devtools.bench_fleet import build_fleet
     stats = build_fleet(leases=1_000_000, kept=5_000)
 """
 

@@ -5,8 +5,8 @@ import tempfile
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from devtools.demo import demo_events, ensure_sandboxes, newer_lease_events
 from sandboxes import audit
-from sandboxes.demo import demo_events, ensure_sandboxes, newer_lease_events
 from sandboxes.models import Retirement
 from sandboxes.providers.registry import get_provider
 from sandboxes.reconciler.listing import sync_retirements

@@ -31,7 +31,7 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-from sandboxes.chaos.fleet import KEPT, RETIRED, STOPPED, Case, Fleet
+from devtools.chaos.fleet import KEPT, RETIRED, STOPPED, Case, Fleet
 from sandboxes.models import EnvironmentLease, Receipt, Retirement
 from sandboxes.proof import proof_from_receipts
 

@@ -21,7 +21,7 @@ from django.db import connection
 from django.test.utils import override_settings, setup_test_environment, teardown_test_environment
 from django.utils import timezone
 
-from sandboxes import screenshots
+from devtools import screenshots
 
 
 def _enrich() -> None:

@@ -1291,9 +1291,9 @@ class SimulatorProcess:
         self.url = ""
 
     def __enter__(self) -> SimulatorProcess:
-        root = Path(__file__).resolve().parents[2]
+        root = Path(__file__).resolve().parents[1]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sandboxes.providers.simulator", *self.args],
+            [sys.executable, "-m", "devtools.simulator", *self.args],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},
             stdout=subprocess.PIPE,
