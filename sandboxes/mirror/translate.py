@@ -4,7 +4,8 @@ Each translator reads Paperclip's real columns (paperclipai/paperclip
 packages/db/src/schema/*.ts; the shapes of lease metadata come from the
 writers under server/src/services/) and returns a `Row` (the console fields,
 the ids it references, the receipts, intents and exports its metadata holds)
-or raises `Malformed` with a reason the mirror reports. A lease whose metadata
+or raises `Malformed` with a reason the mirror reports (the value readers are
+in `values.py`, what a lease's metadata holds in `lease_metadata.py`). A lease whose metadata
 cannot be read is still mirrored (its status matters to other rows' holds) but
 *quarantined*: stored as a placeholder, so the reconciler never judges it, and
 without receipts.
@@ -16,13 +17,10 @@ and named ("unknown status 'paused'"), never guessed at.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
-
-from django.utils.dateparse import parse_datetime
 
 from sandboxes.models import (
     Environment,
@@ -33,46 +31,27 @@ from sandboxes.models import (
     RecoveryAction,
 )
 from sandboxes.models.choices import (
-    RECEIPT_SCHEMAS,
     CleanupStatus,
     EnvironmentDriver,
     EnvironmentStatus,
-    IntentKind,
-    IntentState,
     IssueStatus,
     LeasePolicy,
     LeaseStatus,
-    ReceiptKind,
     RecoveryStatus,
     RunStatus,
     SaveState,
-    TerminationState,
 )
 
-# Deterministic ids for rows the mirror derives, so re-mirroring is idempotent.
-MIRROR_NAMESPACE = UUID("5f1c1d0e-7c2a-4a55-9a3e-1f6b0c9d2e47")
+from .lease_metadata import lease_metadata
+from .values import MIRROR_NAMESPACE, Malformed, _choice, _json_object, _text, _uuid, _when
 
 # Work-folder scopes whose baselines are saved files (packages/shared
 # work-folders.ts WORK_FOLDER_SCOPES); "incoming:<scope>" and
 # "incomingRemoved:<scope>" keys are in-flight provenance, not a save.
 WORK_FOLDER_SCOPES = ("task", "agent", "user", "project")
 
-# Lease-metadata keys (server/src/services/…).
-TERMINATION_KEY = "remoteExecutionTermination"  # remote-execution-termination.ts
-STOP_RECEIPT_KEY = "sandboxStopAndRetainReceipt"  # sandbox-stop-and-retain.ts
-STOP_INTENT_KEY = "sandboxStopAndRetain"  # sandbox-stop-and-retain.ts
-EXPORT_RESUME_KEY = "nativeWorkspaceExportResume"  # native-workspace-export-resume.ts
-ACQUISITION_KEY = "sandboxLeaseAcquisition"  # environment-runtime.ts
+# Where a recovery action's evidence names its leases.
 RESTORE_EVIDENCE_KEY = "workspaceRestoreRecovery"  # workspace-restore-recovery-state.ts
-
-
-class Malformed(ValueError):
-    """The row cannot be mirrored as it is. `reason` names the row's problem;
-    `kind` groups like problems in the summary line."""
-
-    def __init__(self, reason: str, kind: str | None = None):
-        super().__init__(reason)
-        self.kind = kind or reason
 
 
 @dataclass
@@ -91,66 +70,6 @@ class Row:
         if pk is not None:
             self.refs.setdefault(model, set()).add(pk)
         return pk
-
-
-# --- value readers ------------------------------------------------------------
-
-
-def _uuid(value, what: str, *, required=False) -> UUID | None:
-    if value is None or value == "":
-        if required:
-            raise Malformed(f"{what} is missing")
-        return None
-    if isinstance(value, UUID):
-        return value
-    try:
-        return UUID(str(value))
-    except ValueError:
-        raise Malformed(f"{what} is not a uuid: {value!r}", f"{what} is not a uuid") from None
-
-
-_VALUES: dict[type, frozenset] = {}
-
-
-def _choice(value, choices, what: str, *, nullable=False) -> str | None:
-    if value is None and nullable:
-        return None
-    allowed = _VALUES.get(choices)
-    if allowed is None:  # Django rebuilds .values on every access
-        allowed = _VALUES[choices] = frozenset(choices.values)
-    if value not in allowed:
-        # Named, so an operator sees which value a newer Paperclip added.
-        raise Malformed(f"unknown {what} {value!r}")
-    return value
-
-
-def _when(value, what: str) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        parsed = value
-    elif isinstance(value, str):
-        try:
-            parsed = parse_datetime(value)
-        except ValueError:
-            parsed = None
-    else:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise Malformed(f"{what} is not an RFC 3339 timestamp: {value!r}", f"{what} is not a time")
-    return parsed
-
-
-def _json_object(value, what: str) -> dict:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise Malformed(f"{what} is not a JSON object")
-    return value
-
-
-def _text(value, limit: int) -> str:
-    return "" if value is None else str(value)[:limit]
 
 
 # --- tables -------------------------------------------------------------------
@@ -398,119 +317,3 @@ def work_folder_run(src: dict) -> Save:
         final_checkpoint_at=final,
         manifest=files,
     )
-
-
-# --- lease metadata -------------------------------------------------------------
-
-
-@dataclass
-class LeaseMetadata:
-    receipts: list[dict]
-    intents: list[dict]
-    exports: list[dict]
-    remote_cwd: str
-
-
-def intent_id(lease_id: UUID, kind: str) -> UUID:
-    """One mirrored intent per lease and kind: a new request replaces the old."""
-    return uuid.uuid5(MIRROR_NAMESPACE, f"intent:{lease_id}:{kind}")
-
-
-def export_id(lease_id: UUID) -> UUID:
-    return uuid.uuid5(MIRROR_NAMESPACE, f"export-resume:{lease_id}")
-
-
-def lease_metadata(lease_id: UUID, provider_lease_id: str, metadata: dict) -> LeaseMetadata:
-    """Receipts, pending intents and exports held in a lease's metadata, and its
-    remote cwd. Raises Malformed for a known key in a broken shape; keys the
-    console does not use are left alone."""
-    receipts = []
-    for key, kind in (
-        (TERMINATION_KEY, ReceiptKind.TERMINATION),
-        (STOP_RECEIPT_KEY, ReceiptKind.STOP_AND_RETAIN),
-    ):
-        value = metadata.get(key)
-        if value is None:
-            continue
-        data = _json_object(value, key)
-        if "schema" not in data and kind == ReceiptKind.TERMINATION:
-            # Not a bound receipt (e.g. runtime-service data deletion writes
-            # {state, providerLeaseId}): no proof of anything, not an error.
-            continue
-        receipts.append(_receipt(key, kind, lease_id, provider_lease_id, data))
-
-    # sandbox-stop-and-retain.ts: the key's presence is the pending stop
-    # (hasStopOnlyCleanup uses hasOwnProperty; "invalid pins stay pending");
-    # settling removes it. The intent has no state of its own.
-    intents = []
-    if STOP_INTENT_KEY in metadata:
-        value = metadata[STOP_INTENT_KEY]
-        request_id = value.get("requestId") if isinstance(value, dict) else None
-        intents.append(
-            {
-                "id": intent_id(lease_id, IntentKind.STOP_AND_RETAIN),
-                "lease_id": lease_id,
-                "kind": IntentKind.STOP_AND_RETAIN,
-                "state": IntentState.PENDING,
-                "request_id": request_id[:200] if isinstance(request_id, str) else "",
-            }
-        )
-    # native-workspace-export-resume.ts: written before resuming a retained
-    # sandbox to export its files; present = the export is in flight.
-    exports = []
-    if EXPORT_RESUME_KEY in metadata:
-        exports.append({"id": export_id(lease_id), "lease_id": lease_id, "state": "pending"})
-
-    acquisition = metadata.get(ACQUISITION_KEY)
-    if acquisition is not None:
-        _json_object(acquisition, ACQUISITION_KEY)
-    remote_cwd = metadata.get("remoteCwd")
-    if remote_cwd is None:
-        reusable = _json_object(metadata.get("reusableSandboxLease"), "reusableSandboxLease")
-        remote_cwd = reusable.get("remoteCwd")
-    if remote_cwd is not None and (not isinstance(remote_cwd, str) or not remote_cwd.strip()):
-        raise Malformed("remoteCwd is not a path")
-    return LeaseMetadata(receipts, intents, exports, remote_cwd or "")
-
-
-def _receipt(key: str, kind: str, lease_id: UUID, provider_lease_id: str, data: dict) -> dict:
-    """remote-execution-termination.ts remoteTerminationReceipt: {schema,
-    companyId, runId, leaseId, provider, providerLeaseId, state, confirmedAt};
-    sandbox-stop-and-retain.ts adds the stop-and-retain receipt {schema,
-    requestId, companyId, runId, leaseId, provider, providerLeaseId,
-    pluginId+method | builtinProvider+method, confirmedAt} (no state: a stop)."""
-    schema = data.get("schema")
-    if schema != RECEIPT_SCHEMAS[kind]:
-        raise Malformed(f"{key} has unknown schema {schema!r}", f"{key} has an unknown schema")
-    state = data.get("state", TerminationState.STOPPED if kind != ReceiptKind.TERMINATION else None)
-    state = _choice(state, TerminationState, f"{key}.state")
-    if _uuid(data.get("leaseId"), f"{key}.leaseId", required=True) != lease_id:
-        raise Malformed(
-            f"{key} names another lease ({data.get('leaseId')})", f"{key} names another lease"
-        )
-    if data.get("providerLeaseId") != provider_lease_id or not provider_lease_id:
-        raise Malformed(
-            f"{key} names another sandbox ({data.get('providerLeaseId')!r})",
-            f"{key} names another sandbox",
-        )
-    run_id = _uuid(data.get("runId"), f"{key}.runId")
-    confirmed_at = _when(data.get("confirmedAt"), f"{key}.confirmedAt")
-    if confirmed_at is None:
-        raise Malformed(f"{key}.confirmedAt is missing: a queued request is not a receipt")
-    request_id = data.get("requestId")
-    if not isinstance(request_id, str) or not request_id.strip():
-        basis = "|".join(
-            str(x) for x in (kind, lease_id, run_id, provider_lease_id, state, data["confirmedAt"])
-        )
-        request_id = "mirror:" + hashlib.sha256(basis.encode()).hexdigest()[:40]
-    return {
-        "kind": kind,
-        "lease_id": lease_id,
-        "run_id": run_id,
-        "provider_lease_id": provider_lease_id,
-        "state": state,
-        "schema": schema,
-        "confirmed_at": confirmed_at,
-        "request_id": request_id[:200],
-        "payload": {**data, "source": "paperclip-mirror", "metadataKey": key},
-    }

@@ -1,14 +1,14 @@
 """The mirror writes a page in a fixed number of statements, whatever its size
 (GUIDE: query counts are asserted). Counted on both paths: the ORM's queries
 (CaptureQueriesContext) and the statements sandboxes/mirror/bulk.py and
-sync.py send through psycopg cursors of their own (COPY included)."""
+write.py send through psycopg cursors of their own (COPY included)."""
 
 import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from sandboxes.mirror import bulk, sync
+from sandboxes.mirror import bulk, write
 from sandboxes.mirror.sync import mirror_once
 
 from .paperclip import termination
@@ -39,7 +39,7 @@ def statements_to_mirror(paperclip, n: int, monkeypatch) -> int:
         p.recovery_action(issue, [lease], status="resolved")
         p.save(run, lease, {"a.txt": "a"})
     monkeypatch.setattr(bulk, "Cursor", Counting)
-    monkeypatch.setattr(sync, "Cursor", Counting)
+    monkeypatch.setattr(write, "Cursor", Counting)
     Counting.statements = 0
     with CaptureQueriesContext(connection) as orm:
         report = mirror_once(p.dsn, full=True)

@@ -1,0 +1,84 @@
+"""What one mirror iteration did: rows read and written per table, and each
+row skipped or quarantined, by reason (docs/architecture.md, Mirror)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Problem:
+    table: str
+    row_id: str
+    reason: str
+    action: str  # "skipped" or "quarantined"
+    kind: str = ""  # groups like problems in the summary
+
+    def __post_init__(self):
+        self.kind = self.kind or self.reason
+
+
+@dataclass
+class TableCounts:
+    read: int = 0
+    applied: int = 0
+    skipped: int = 0
+    quarantined: int = 0
+
+
+@dataclass
+class MirrorReport:
+    source: str = ""
+    tables: dict[str, TableCounts] = field(default_factory=dict)
+    receipts: int = 0
+    intents: int = 0
+    settled: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    tables_missing: list[str] = field(default_factory=list)
+    columns_missing: list[str] = field(default_factory=list)  # "table.column"
+    seconds: float = 0.0
+
+    @property
+    def rows_read(self) -> int:
+        return sum(t.read for t in self.tables.values())
+
+    @property
+    def rows_mirrored(self) -> int:
+        return sum(t.applied for t in self.tables.values())
+
+    @property
+    def skipped(self) -> int:
+        return sum(t.skipped for t in self.tables.values())
+
+    @property
+    def quarantined(self) -> int:
+        return sum(t.quarantined for t in self.tables.values())
+
+    def by_reason(self, action: str) -> Counter:
+        """(table, reason kind) → rows, for one action ("skipped"/"quarantined")."""
+        return Counter((p.table, p.kind) for p in self.problems if p.action == action)
+
+    @staticmethod
+    def _reasons(counts: Counter) -> str:
+        return "; ".join(f"{table}: {kind} ×{n}" for (table, kind), n in sorted(counts.items()))
+
+    def summary(self) -> str:
+        """One line: rows mirrored, skipped by reason, quarantined by reason,
+        tables (and columns) missing."""
+        parts = [f"{name} {c.applied}/{c.read}" for name, c in self.tables.items() if c.read]
+        line = (
+            f"mirrored {self.rows_mirrored} of {self.rows_read} rows read from {self.source}"
+            f" in {self.seconds:.1f}s ({', '.join(parts) or 'nothing changed'});"
+            f" {self.receipts} new receipts, {self.intents} pending intents and exports,"
+            f" {self.settled} settled"
+        )
+        skipped, quarantined = self.by_reason("skipped"), self.by_reason("quarantined")
+        line += f"; skipped {self.skipped}" + (f" ({self._reasons(skipped)})" if skipped else "")
+        line += f"; quarantined {self.quarantined}" + (
+            f" ({self._reasons(quarantined)})" if quarantined else ""
+        )
+        line += "; tables missing: " + (", ".join(self.tables_missing) or "none")
+        if self.columns_missing:
+            line += "; columns missing: " + ", ".join(self.columns_missing)
+        return line

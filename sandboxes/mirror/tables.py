@@ -1,0 +1,87 @@
+"""The Paperclip tables the mirror reads, in dependency order, and the columns
+it needs from each (docs/architecture.md, Mirror)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import translate
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    pk: str
+    translate: Callable
+    required: tuple[str, ...]  # without these the table cannot be read
+    optional: tuple[str, ...] = ()  # read when present, else taken as NULL
+
+
+# Dependency order: rows named by later tables usually exist by then, and a
+# forward reference (an issue bound to a workspace not yet read) becomes a
+# placeholder that the later table fills in within the same iteration.
+# Columns are Paperclip's (packages/db/src/schema/*.ts).
+TABLES = (
+    Table(
+        "environments",
+        "id",
+        translate.environment,
+        ("id", "driver", "status", "updated_at"),
+        ("name", "config"),
+    ),
+    Table(
+        "issues",
+        "id",
+        translate.issue,
+        ("id", "status", "updated_at"),
+        ("identifier", "title", "execution_workspace_id"),
+    ),
+    Table(
+        "execution_workspaces",
+        "id",
+        translate.execution_workspace,
+        ("id", "updated_at"),
+        ("source_issue_id", "status", "metadata"),
+    ),
+    Table(
+        "heartbeat_runs",
+        "id",
+        translate.heartbeat_run,
+        ("id", "status", "updated_at"),
+        ("native_issue_id", "context_snapshot", "started_at", "finished_at"),
+    ),
+    Table(
+        "environment_leases",
+        "id",
+        translate.environment_lease,
+        ("id", "environment_id", "status", "lease_policy", "provider_lease_id", "updated_at"),
+        (
+            "provider",
+            "execution_workspace_id",
+            "issue_id",
+            "heartbeat_run_id",
+            "acquired_at",
+            "last_used_at",
+            "expires_at",
+            "released_at",
+            "failure_reason",
+            "cleanup_status",
+            "metadata",
+        ),
+    ),
+    Table(
+        "work_folder_runs",
+        "run_id",
+        translate.work_folder_run,
+        ("run_id", "manifest", "state", "updated_at"),
+        ("baselines", "last_saved_at"),
+    ),
+    Table(
+        "issue_recovery_actions",
+        "id",
+        translate.recovery_action,
+        ("id", "source_issue_id", "kind", "status", "updated_at"),
+        ("outcome", "evidence"),
+    ),
+)

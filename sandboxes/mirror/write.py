@@ -1,0 +1,300 @@
+"""Writing one page of mirrored rows into the console (docs/architecture.md, Mirror).
+
+Each page is written in one console transaction with a fixed number of
+queries (find missing references, create them as placeholders, upsert the
+rows, insert receipts, upsert intents and exports, settle the ones whose
+metadata key disappeared). Everything is idempotent: upserts by id, receipts
+with ignore-on-conflict on (lease, kind, request id), intents and exports by
+derived ids. A row that cannot be read is reported, counted by reason and
+skipped; the mirror goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime
+from uuid import UUID
+
+from django.db import connection, models, transaction
+from django.utils import timezone
+from psycopg import Cursor, sql
+
+from sandboxes.logging import log_context
+from sandboxes.models import (
+    Environment,
+    EnvironmentLease,
+    ExecutionWorkspace,
+    LeaseIntent,
+    PendingExport,
+    Receipt,
+)
+from sandboxes.models.choices import (
+    IntentKind,
+    ReceiptKind,
+    TerminationState,
+)
+
+from . import bulk
+from .lease_metadata import export_id, intent_id
+from .report import MirrorReport, Problem, TableCounts
+from .tables import Table
+from .translate import Malformed, Row, Save
+
+log = logging.getLogger(__name__)
+
+
+def _ensure_exist(refs: dict[type, set[UUID]]) -> None:
+    """Create rows named but not (yet) mirrored as placeholders: one lookup per
+    model, and one insert-or-nothing for a model with some missing."""
+    models_named = [model for model, ids in refs.items() if ids]
+    if not models_named:
+        return
+    with Cursor(connection.connection) as cur:
+        # One round trip for every model's lookup.
+        cur.execute(
+            sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {i}, id FROM {t} WHERE id = ANY(%s::uuid[])").format(
+                    i=sql.Literal(i), t=sql.Identifier(model._meta.db_table)
+                )
+                for i, model in enumerate(models_named)
+            ),
+            [list(refs[model]) for model in models_named],
+        )
+        found: dict[int, set] = {}
+        for i, pk in cur.fetchall():
+            found.setdefault(i, set()).add(pk)
+    for i, model in enumerate(models_named):
+        refs[model] = refs[model] - found.get(i, set())
+    for model, ids in refs.items():
+        if not ids:
+            continue
+        defaults = model.placeholder_defaults
+        bulk.upsert(
+            model,
+            (
+                {
+                    "id": pk,
+                    "placeholder": True,
+                    **{k: (v(pk) if callable(v) else v) for k, v in defaults.items()},
+                }
+                for pk in ids
+            ),
+            update=None,
+        )
+
+
+def _upsert(model: type[models.Model], rows: list[Row]) -> list[Row]:
+    """Upsert the page's rows; a row whose stored source time is newer than this
+    reading is left alone (DOMAIN §4.1, issue 10 item 10: ingest and the mirror
+    both write these tables and the newer source time wins, under the row lock
+    the upsert takes). Returns the rows written."""
+    if not rows:
+        return rows
+    fields = sorted({f for row in rows for f in row.fields})
+    written = set(
+        bulk.upsert(
+            model,
+            ({"id": row.pk, "placeholder": bool(row.quarantined), **row.fields} for row in rows),
+            update=[*fields, "placeholder"],
+            newer_only=True,
+        )
+    )
+    return [row for row in rows if row.pk in written]
+
+
+def _fill_providers(rows: list[Row]) -> None:
+    """environment_leases.provider is nullable: a lease without one is its
+    environment's provider (config.provider, else its driver). 1 query."""
+    missing = {row.fields["environment_id"] for row in rows if not row.fields["provider"]}
+    if not missing:
+        return
+    known = dict(
+        Environment.objects.filter(pk__in=missing, placeholder=False).values_list("pk", "provider")
+    )
+    for row in rows:
+        if not row.fields["provider"]:
+            # An unknown environment's provider is unknown: listed, never driven.
+            row.fields["provider"] = known.get(row.fields["environment_id"]) or "unknown"
+
+
+def _settle(rows: list[Row], report: MirrorReport) -> None:
+    """Paperclip removes sandboxStopAndRetain / nativeWorkspaceExportResume when
+    the stop settles (sandbox-stop-and-retain.ts settleStopOnlyCleanup,
+    native-workspace-export-resume.ts): a mirrored intent or export whose key
+    disappeared is settled. With a stop receipt beside it, it was confirmed
+    (export done); without, it was withdrawn (cancelled / failed). 2 queries."""
+    stopped, dropped_intents, dropped_exports = set(), set(), set()
+    for row in rows:
+        if row.quarantined:
+            continue  # unreadable metadata says nothing about its keys
+        if any(
+            r["kind"] == ReceiptKind.STOP_AND_RETAIN or r["state"] == TerminationState.STOPPED
+            for r in row.receipts
+        ):
+            stopped.add(row.pk)
+        if not row.intents:
+            dropped_intents.add(intent_id(row.pk, IntentKind.STOP_AND_RETAIN))
+        if not row.exports:
+            dropped_exports.add(export_id(row.pk))
+    with Cursor(connection.connection) as cur:
+        for table, ids, done, gone in (
+            (LeaseIntent._meta.db_table, dropped_intents, "confirmed", "cancelled"),
+            (PendingExport._meta.db_table, dropped_exports, "done", "failed"),
+        ):
+            if not ids:
+                continue
+            cur.execute(
+                sql.SQL(
+                    "UPDATE {} SET state = CASE WHEN lease_id = ANY(%s::uuid[])"
+                    " THEN %s::text ELSE %s::text END, updated_at = %s"
+                    " WHERE id = ANY(%s::uuid[]) AND state = 'pending'"
+                ).format(sql.Identifier(table)),
+                [list(stopped), done, gone, timezone.now(), list(ids)],
+            )
+            report.settled += cur.rowcount
+
+
+def _write_rows(rows: list[Row], report: MirrorReport) -> int:
+    model = rows[0].model
+    if model is EnvironmentLease:
+        _fill_providers(rows)
+    refs: dict[type, set[UUID]] = {}
+    for row in rows:
+        for ref_model, ids in row.refs.items():
+            refs.setdefault(ref_model, set()).update(ids)
+    refs[model] = refs.get(model, set()) - {row.pk for row in rows}
+    _ensure_exist(refs)
+    fresh = _upsert(model, rows)
+
+    receipts = [
+        {"id": uuid.uuid4(), "actor": "paperclip", **r} for row in rows for r in row.receipts
+    ]
+    if receipts:
+        report.receipts += len(
+            bulk.upsert(Receipt, receipts, update=None, conflict=("lease_id", "kind", "request_id"))
+        )
+    intents = [{"placeholder": False, **i} for row in fresh for i in row.intents]
+    if intents:
+        bulk.upsert(
+            LeaseIntent, intents, update=["lease_id", "kind", "state", "request_id", "placeholder"]
+        )
+        report.intents += len(intents)
+    exports = [{"placeholder": False, **e} for row in fresh for e in row.exports]
+    if exports:
+        bulk.upsert(PendingExport, exports, update=["lease_id", "state", "placeholder"])
+        report.intents += len(exports)
+    if model is EnvironmentLease:
+        _settle(fresh, report)
+    return len(fresh)
+
+
+def _write_saves(saves: list[Save], counts: TableCounts, report: MirrorReport) -> None:
+    """A committed save becomes the durable save of its sandbox's workspace; an
+    older one never overwrites a newer one. The sandbox is found by the
+    manifest's leaseId, else by its sandboxKey (the provider's sandbox id; the
+    newest lease on it). 3 queries and one bulk update."""
+    by_id = dict(
+        EnvironmentLease.objects.filter(
+            pk__in={s.lease_id for s in saves if s.lease_id}
+        ).values_list("pk", "execution_workspace_id")
+    )
+    keys = {s.sandbox_key for s in saves if s.sandbox_key and s.lease_id not in by_id}
+    by_key: dict[str, UUID | None] = {}
+    if keys:
+        for key, ws in (
+            EnvironmentLease.objects.filter(provider_lease_id__in=keys)
+            .order_by("provider_lease_id", "-acquired_at")
+            .values_list("provider_lease_id", "execution_workspace_id")
+        ):
+            by_key.setdefault(key, ws)
+    workspace_of = {
+        s.run_id: (by_id[s.lease_id] if s.lease_id in by_id else by_key.get(s.sandbox_key))
+        for s in saves
+    }
+    workspaces = {
+        ws.pk: ws
+        for ws in ExecutionWorkspace.objects.filter(
+            pk__in={w for w in workspace_of.values() if w is not None}
+        )
+    }
+    changed: dict[UUID, ExecutionWorkspace] = {}
+    now = timezone.now()
+    for save in sorted(saves, key=lambda s: s.saved_at or now):
+        ws = workspaces.get(workspace_of[save.run_id])
+        if ws is None:
+            _problem(
+                report,
+                counts,
+                "work_folder_runs",
+                save.run_id,
+                f"lease {save.lease_id or save.sandbox_key} is unknown or has no workspace",
+                kind="names an unknown lease or one without a workspace",
+            )
+            continue
+        if save.saved_at and ws.saved_at and save.saved_at < ws.saved_at:
+            counts.applied += 1  # an older save: the newer one stands
+            continue
+        ws.save_state = save.state
+        ws.updated_at = now
+        if save.manifest is not None:
+            ws.saved_manifest = save.manifest
+            ws.saved_at = save.saved_at
+            ws.final_checkpoint_at = save.final_checkpoint_at
+        changed[ws.pk] = ws
+        counts.applied += 1
+    if changed:
+        ExecutionWorkspace.objects.bulk_update(
+            list(changed.values()),
+            ["save_state", "saved_manifest", "saved_at", "final_checkpoint_at", "updated_at"],
+        )
+
+
+def _problem(report, counts, table, row_id, reason, action="skipped", kind="") -> None:
+    report.problems.append(Problem(table, str(row_id), reason, action, kind))
+    if action == "skipped":
+        counts.skipped += 1
+    else:
+        counts.quarantined += 1
+    lease_id = str(row_id) if table == "environment_leases" else None
+    with log_context(lease_id=lease_id):
+        log.warning("mirror: %s row %s %s: %s", table, row_id, action, reason)
+
+
+def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
+    counts = report.tables.setdefault(table.name, TableCounts())
+    counts.read += len(page)
+    translated = []
+    for src in page:
+        try:
+            out = table.translate(src)
+        except Malformed as exc:
+            _problem(report, counts, table.name, src.get(table.pk), str(exc), kind=exc.kind)
+            continue
+        for row in out if isinstance(out, list) else [out]:
+            if isinstance(row, Row) and isinstance(src.get("updated_at"), datetime):
+                # The source time of what the mirror writes, as ingest records an
+                # event's occurred_at: the newer of the two writers wins.
+                row.fields["source_updated_at"] = src["updated_at"]
+            translated.append(row)
+    if not translated:
+        return
+    with transaction.atomic():
+        if table.name == "work_folder_runs":
+            _write_saves(translated, counts, report)
+            return
+        quarantined = 0
+        for row in translated:
+            if row.quarantined:
+                quarantined += 1
+                _problem(
+                    report,
+                    counts,
+                    table.name,
+                    row.pk,
+                    row.quarantined,
+                    "quarantined",
+                    row.quarantine_kind,
+                )
+        written = _write_rows(translated, report)
+        counts.applied += max(0, written - quarantined)
