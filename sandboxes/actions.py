@@ -25,7 +25,7 @@ from sandboxes.models.choices import (
     TokenScope,
 )
 from sandboxes.proof import REPLACEMENT, fingerprint_of, has_approval, proof_for
-from sandboxes.reconciler.holds import HOLD_EXPLANATIONS, blocking_holds
+from sandboxes.reconciler.holds import blocking_holds, explanation
 
 MAX_BULK_APPROVE = 50
 
@@ -178,10 +178,9 @@ def _require_not_held(r: Retirement) -> None:
     held = blocking_holds(list(r.holds or []), r.kind)
     if not held and r.stage != Stage.HELD:
         return
-    reasons = r.hold_reasons or {}
     parts = []
     for code in held:
-        why = reasons.get(code) or HOLD_EXPLANATIONS.get(code, "")
+        why = explanation(code, r.hold_reasons)
         parts.append(f"{code.replace('_', ' ')} ({why})" if why else code.replace("_", " "))
     words = "; ".join(parts)
     advice = (

@@ -14,16 +14,20 @@ from sandboxes.models.choices import (
     SaveState,
 )
 
+# One line per hold, in the words of docs/rules.md (holds): the reconciler
+# stores them on each record (hold_reasons) and the console shows them.
 HOLD_EXPLANATIONS: dict[str, str] = {
     HoldCode.RUN_ACTIVE: "The lease's own run is still live (queued, retrying or running).",
     HoldCode.ISSUE_RUN_ACTIVE: "Another run on this task is live; it may still need the sandbox.",
-    HoldCode.RECOVERY_OPEN: "A recovery action on this task or sandbox is still open.",
+    HoldCode.RECOVERY_OPEN: "A recovery action naming this lease, or naming no lease on its "
+    "task, is still open.",
     HoldCode.EXPORT_PENDING: "A native export of run files from this sandbox is still in flight.",
     HoldCode.INTENT_PENDING: "A stop, export or restore request on this lease is still pending.",
     HoldCode.SANDBOX_SHARED: "Another lease on the same sandbox is active, retained or pending.",
     HoldCode.NEWER_LEASE: "A newer lease row names the same sandbox; that row decides its fate.",
-    HoldCode.NO_STOP_RECEIPT: "No confirmed stop receipt for this lease and run yet.",
-    HoldCode.TASK_CAN_RESUME: "The task is still bound to this workspace: its next turn reuses it.",
+    HoldCode.NO_STOP_RECEIPT: "No confirmed stop receipt for this lease, run and sandbox yet.",
+    HoldCode.TASK_CAN_RESUME: "The task can still resume this sandbox: it is bound to this "
+    "workspace, or another row of the sandbox can resume.",
     HoldCode.WRITER_ACTIVE: "The workspace's writer hold is not settled; files may be unsaved.",
     HoldCode.RETENTION: "Still inside the environment's warm retention window.",
     HoldCode.UNKNOWN_AGE: "A timestamp the rule needs is missing; what cannot be dated stays.",
@@ -145,3 +149,9 @@ def blocking_holds(holds: list[str], kind: str | None) -> list[str]:
 
 def explain(holds: list[str]) -> dict[str, str]:
     return {code: HOLD_EXPLANATIONS[code] for code in holds}
+
+
+def explanation(code: str, reasons: dict | None = None) -> str:
+    """What a record's hold means: the reason stored with it (an operator's own
+    words for operator_hold), else the rule's line; "" for an unknown code."""
+    return (reasons or {}).get(code) or HOLD_EXPLANATIONS.get(code, "")

@@ -32,7 +32,7 @@ from sandboxes.proof import (
     proof_from_receipts,
     void_reason,
 )
-from sandboxes.reconciler.holds import blocking_holds
+from sandboxes.reconciler.holds import blocking_holds, explanation
 from sandboxes.views.common import (
     LIVE_TRIGGER,
     console_view,
@@ -46,23 +46,6 @@ from sandboxes.views.common import (
 
 PAGE_SIZE = 50
 HISTORY_ROWS = 200
-
-# Shown when the reconciler left no explanation for a code (DOMAIN §2.2).
-HOLD_EXPLANATIONS = {
-    "run_active": "The lease's run is still live.",
-    "issue_run_active": "Another run on this task is live.",
-    "recovery_open": "A recovery action on the task is still open.",
-    "export_pending": "A native export of run files is still in flight.",
-    "intent_pending": "A lease intent is pending.",
-    "sandbox_shared": "Another lease on this sandbox is active, retained or pending cleanup.",
-    "newer_lease": "A newer lease row names this sandbox.",
-    "no_stop_receipt": "No confirmed stop receipt for this lease yet.",
-    "task_can_resume": "The task is bound to this workspace and reuse can resume it.",
-    "writer_active": "The workspace writer hold is not settled.",
-    "retention": "Still inside the environment's retention window.",
-    "unknown_age": "A timestamp the rule needs is missing; never delete what cannot be dated.",
-    "operator_hold": "An operator is holding this sandbox.",
-}
 
 
 @console_view
@@ -180,10 +163,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         attachments.setdefault(a.sha256, a)
     user = request.user
     is_open = r.is_open
-    holds = [
-        {"code": code, "text": (r.hold_reasons or {}).get(code) or HOLD_EXPLANATIONS.get(code, "")}
-        for code in (r.holds or [])
-    ]
+    holds = [{"code": code, "text": explanation(code, r.hold_reasons)} for code in (r.holds or [])]
     events = list(
         AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).order_by("-at")[:HISTORY_ROWS]
     )

@@ -4,9 +4,11 @@ import pytest
 from django.core.files.base import ContentFile
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 from sandboxes.models import Attachment
 from sandboxes.models.choices import LeaseStatus, ReceiptKind, Stage
+from sandboxes.reconciler.holds import HOLD_EXPLANATIONS
 from tests.console.conftest import clean_compare
 from tests.factories import (
     EnvironmentLeaseFactory,
@@ -46,7 +48,17 @@ def test_it_explains_every_hold(as_reviewer, db):
     )
     body = _detail(as_reviewer, r).content.decode()
     assert "Released 3 h ago; retention is 24 h." in body
-    assert "never delete what cannot be dated" in body
+    assert escape(HOLD_EXPLANATIONS["unknown_age"]) in body
+
+
+def test_a_hold_without_a_stored_reason_shows_the_rules_own_line(as_reviewer, db):
+    """Regression: the page kept its own copy of the hold texts, which had no
+    line for provider_unsupported (an empty explanation) and worded others
+    differently from the reconciler. Now one source: reconciler/holds.py."""
+    r = RetirementFactory(holds=["provider_unsupported", "recovery_open"], hold_reasons={})
+    body = _detail(as_reviewer, r).content.decode()
+    assert escape(HOLD_EXPLANATIONS["provider_unsupported"]) in body
+    assert escape(HOLD_EXPLANATIONS["recovery_open"]) in body
 
 
 def test_it_shows_the_compare_diff_with_sizes(as_reviewer, db):
