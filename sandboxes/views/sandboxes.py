@@ -268,10 +268,12 @@ def _detail_response(request, r: Retirement):
     return render(request, "sandboxes/detail.html", context)
 
 
+@require_POST
 @console_view
-@require_GET
 def provider_state(request, pk):
-    """Ask the provider for the sandbox's state now (a read; never changes anything)."""
+    """Ask the provider for the sandbox's state now. The provider is only read,
+    but the ask is audited (a call with the environment's credentials), so it
+    is a POST with CSRF: a link or a prefetch cannot make it."""
     from sandboxes.providers.base import ProviderError
     from sandboxes.providers.registry import get_provider
 

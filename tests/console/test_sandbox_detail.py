@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
 
-from sandboxes.models import Attachment
+from sandboxes.models import Attachment, AuditEvent
 from sandboxes.models.choices import LeaseStatus, ReceiptKind, Stage
 from sandboxes.reconciler.holds import HOLD_EXPLANATIONS
 from tests.console.conftest import clean_compare
@@ -158,16 +158,28 @@ def test_the_receipts_fragment_refreshes_alone(as_reviewer, awaiting):
 def test_it_asks_the_provider_for_its_state_on_demand(as_reviewer, db):
     r = RetirementFactory()  # local provider; the directory does not exist → destroyed
     url = reverse("sandbox-provider-state", kwargs={"pk": r.pk})
-    response = as_reviewer.get(url, **HX)
+    response = as_reviewer.post(url, **HX)
     assert response.status_code == 200
     assert b"data-provider-state>destroyed<" in response.content
-    assert as_reviewer.get(url).status_code == 200
+    assert as_reviewer.post(url).status_code == 200
+
+
+def test_asking_the_provider_is_a_post_a_get_is_405_and_writes_nothing(as_reviewer, db):
+    """Regression: the ask writes an audit row, yet it was a GET (a link, a
+    prefetch or a crawler could make it). Now a POST with CSRF; a GET is 405."""
+    r = RetirementFactory()
+    url = reverse("sandbox-provider-state", kwargs={"pk": r.pk})
+    response = as_reviewer.get(url)
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    assert not AuditEvent.objects.filter(action="retirement.ask_provider").exists()
+    page = _detail(as_reviewer, r).content.decode()
+    assert f'hx-post="{url}"' in page and f'hx-get="{url}"' not in page
 
 
 def test_it_reports_a_provider_error_instead_of_failing(as_reviewer, db, settings):
     settings.DAYTONA_API_URL = ""
     r = RetirementFactory(lease__environment__provider="daytona")
-    response = as_reviewer.get(reverse("sandbox-provider-state", kwargs={"pk": r.pk}), **HX)
+    response = as_reviewer.post(reverse("sandbox-provider-state", kwargs={"pk": r.pk}), **HX)
     assert response.status_code == 200
     assert b"Could not ask the provider" in response.content
 

@@ -240,6 +240,18 @@ ACTIONS += [
         url_target="member",
     ),
 ]
+ACTIONS += [
+    # A read of the provider, but audited: a POST every role may make.
+    Action(
+        "sandbox-provider-state",
+        frozenset({"reviewer", "operator", "admin"}),
+        "retirement.ask_provider",
+        None,
+        lambda w: {},
+        200,
+        url_target="awaiting",
+    ),
+]
 ACTIONS_BY_NAME = {a.name: a for a in ACTIONS}
 
 # Read-only console pages: login and a console role, GET only.
@@ -247,7 +259,6 @@ PAGES = {
     "dashboard": None,
     "sandbox-list": None,
     "sandbox-detail": "awaiting",
-    "sandbox-provider-state": "awaiting",
     "attachment": "attachment",
     "approvals": None,
     "audit": None,

@@ -100,7 +100,7 @@ def test_the_reconciler_records_refused_settings_on_the_retirement(settings):
 def test_asking_the_provider_now_is_audited(users, settings, tmp_path):
     settings.LOCAL_SANDBOX_ROOT = tmp_path
     r = f.RetirementFactory(stage=m.Stage.AWAITING_APPROVAL)
-    response = client_for(users["reviewer"]).get(
+    response = client_for(users["reviewer"]).post(
         reverse("sandbox-provider-state", kwargs={"pk": r.pk})
     )
     assert response.status_code == 200

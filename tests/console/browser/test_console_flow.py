@@ -120,6 +120,12 @@ def test_a_reviewer_sees_no_action_buttons(page, live_server, shot, db):
     for name in ("Approve retirement", "Retry now", "Hold", "Release hold"):
         expect(page.get_by_role("button", name=name)).to_have_count(0)
     shot(page, "detail-reviewer")
+    # Reading the provider is every role's, a POST with the page's CSRF token.
+    page.get_by_role("button", name="Ask the provider now").click()
+    expect(page.locator("[data-provider-state]")).to_have_text("destroyed")
+    assert (
+        AuditEvent.objects.filter(action="retirement.ask_provider", actor_label="rita").count() == 1
+    )
 
 
 def test_the_pages_fit_a_phone(page, live_server, shot, db):
