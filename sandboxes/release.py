@@ -21,3 +21,13 @@ def release_status(disposition: str, status: str | None = None) -> str:
     if status:
         return str(status)
     return str(STATUS_FOR_DISPOSITION[Disposition(disposition)])
+
+
+def release_status_sql(status: str, disposition: str) -> str:
+    """`release_status` as a SQL expression over two columns, for set-based
+    writes: the status sent, else the disposition's, from the same table."""
+    cases = " ".join(
+        f"WHEN '{disposition_value.value}' THEN '{status_value.value}'"
+        for disposition_value, status_value in STATUS_FOR_DISPOSITION.items()
+    )
+    return f"COALESCE({status}, CASE {disposition} {cases} END)"

@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from uuid import UUID
 
 from django.utils import timezone
@@ -49,10 +49,6 @@ def _require_str(value: Any) -> Any:
     if not isinstance(value, str):
         raise ValueError("must be a string")
     return value
-
-
-def _choice(enum) -> Any:
-    return Literal[tuple(enum.values)]
 
 
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
@@ -114,6 +110,9 @@ def any_sandbox_id(value: str) -> str:
     return value
 
 
+# Providers the console drives (a set: this is checked for every lease event).
+_DRIVEN = frozenset(ProviderName.values)
+
 SandboxId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(any_sandbox_id)]
 
 # Paperclip's provider key: daytona, local, ssh, e2b, a plugin key… (DOMAIN §1:
@@ -136,8 +135,8 @@ class EnvironmentUpserted(Data):
     environment_id: Uuid
     name: Text200
     provider: ProviderKey
-    driver: _choice(EnvironmentDriver) | None = None
-    retirement_mode: _choice(RetirementMode) | None = None
+    driver: EnvironmentDriver | None = None
+    retirement_mode: RetirementMode | None = None
     warm_retention_hours: Annotated[float, Field(ge=0, le=24 * 365, strict=False)] | None = None
     max_retirements_per_pass: Annotated[StrictInt, Field(ge=0, le=10_000)] | None = None
     workspace_root: (
@@ -149,14 +148,14 @@ class IssueUpserted(Data):
     issue_id: Uuid
     key: Annotated[str, Field(max_length=64)] | None = None
     title: Annotated[str, Field(max_length=500)] | None = None
-    status: _choice(IssueStatus)
+    status: IssueStatus
     bound_workspace_id: Uuid | None = None
 
 
 class WorkspaceUpserted(Data):
     workspace_id: Uuid
     issue_id: Uuid
-    save_state: _choice(SaveState)
+    save_state: SaveState
     saved_at: Timestamp | None = None
     final_checkpoint_at: Timestamp | None = None
     saved_manifest: (
@@ -168,7 +167,7 @@ class WorkspaceUpserted(Data):
 class RunUpserted(Data):
     run_id: Uuid
     issue_id: Uuid
-    status: _choice(RunStatus)
+    status: RunStatus
     started_at: Timestamp | None = None
     finished_at: Timestamp | None = None
 
@@ -192,8 +191,8 @@ class LeaseUpserted(Data):
     environment_id: Uuid
     provider: ProviderKey
     provider_lease_id: SandboxId
-    status: _choice(LeaseStatus)
-    lease_policy: _choice(LeasePolicy)
+    status: LeaseStatus
+    lease_policy: LeasePolicy
     acquired_at: Timestamp
     issue_id: Uuid | None = None
     workspace_id: Uuid | None = None
@@ -202,8 +201,8 @@ class LeaseUpserted(Data):
     expires_at: Timestamp | None = None
     last_used_at: Timestamp | None = None
     failure_reason: Annotated[str, Field(max_length=200)] | None = None
-    cleanup_status: _choice(CleanupStatus) | None = None
-    disposition: _choice(Disposition) | None = None
+    cleanup_status: CleanupStatus | None = None
+    disposition: Disposition | None = None
     metadata: LeaseMetadata | None = None
 
     @field_validator("provider_lease_id")
@@ -212,7 +211,7 @@ class LeaseUpserted(Data):
         # A provider the console drives puts the id in a URL path (Daytona) or a
         # directory name (local): there it is one segment. Another provider's
         # id (an SSH sandbox's ssh://host/path) is only ever stored and shown.
-        if info.data.get("provider") in ProviderName.values:
+        if info.data.get("provider") in _DRIVEN:
             return provider_id(value)
         return value
 
@@ -221,15 +220,15 @@ class LeaseReleased(Data):
     """Recorded as sent (DOMAIN §2.5); a missing status is derived from the disposition."""
 
     lease_id: Uuid
-    disposition: _choice(Disposition)
-    status: _choice(LeaseStatus) | None = None
+    disposition: Disposition
+    status: LeaseStatus | None = None
     released_at: Timestamp | None = None
 
 
 class ReceiptRecorded(Data):
     lease_id: Uuid
     kind: Literal["termination", "stop_and_retain"]
-    state: _choice(TerminationState) | None = Field(default=None, validate_default=True)
+    state: TerminationState | None = Field(default=None, validate_default=True)
     run_id: Uuid
     # Must equal the lease's own sandbox id, checked when it is applied.
     provider_lease_id: SandboxId
@@ -247,25 +246,38 @@ class ReceiptRecorded(Data):
 class IntentUpserted(Data):
     intent_id: Uuid
     lease_id: Uuid
-    kind: _choice(IntentKind)
-    state: _choice(IntentState)
+    kind: IntentKind
+    state: IntentState
 
 
 class ExportUpserted(Data):
     export_id: Uuid
     lease_id: Uuid
-    state: _choice(ExportState)
+    state: ExportState
 
 
 class RecoveryActionUpserted(Data):
     action_id: Uuid
     issue_id: Uuid
     kind: Annotated[str, Field(min_length=1, max_length=64)]
-    status: _choice(RecoveryStatus)
+    status: RecoveryStatus
     outcome: Annotated[str, Field(max_length=200)] | None = None
     lease_id: Uuid | None = None
     evidence: dict[str, Any] | None = None
 
+
+EventType = Literal[
+    "environment.upserted",
+    "issue.upserted",
+    "workspace.upserted",
+    "run.upserted",
+    "lease.upserted",
+    "lease.released",
+    "receipt.recorded",
+    "intent.upserted",
+    "export.upserted",
+    "recovery_action.upserted",
+]
 
 EVENT_TYPES: dict[str, type[Data]] = {
     "environment.upserted": EnvironmentUpserted,
@@ -281,11 +293,14 @@ EVENT_TYPES: dict[str, type[Data]] = {
 }
 
 
+assert set(get_args(EventType)) == set(EVENT_TYPES), "one schema per event type"
+
+
 class Envelope(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: Annotated[str, Field(min_length=1, max_length=200), BeforeValidator(_require_str)]
-    type: Literal[tuple(EVENT_TYPES)]
+    type: EventType
     occurred_at: Timestamp
     data: dict[str, Any]
 
