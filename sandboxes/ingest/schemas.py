@@ -172,14 +172,31 @@ class RunUpserted(Data):
     finished_at: Timestamp | None = None
 
 
+def remote_cwd(value: str, info: ValidationInfo) -> str:
+    """A lease's `metadata.remoteCwd`. For a provider the console drives it is
+    the root the console hashes and exports files under, checked like
+    `workspace_root` (`sandbox_root`). Another provider's sandbox is only stored
+    and shown, and Paperclip runs it in any directory it was given (its SSH
+    spec takes any non-empty remoteCwd, e.g. `/app`: paperclipai/paperclip
+    packages/adapter-utils/src/ssh.ts): any path without a `..` segment.
+    The lease's provider comes in the validation context; without one, the
+    stricter rule."""
+    provider = (info.context or {}).get("provider")
+    if provider is None or provider in _DRIVEN:
+        return sandbox_root(value)
+    if ".." in value.split("/"):
+        raise ValueError("must not contain '..'")
+    return value
+
+
 class LeaseMetadata(BaseModel):
     """A lease's free-form metadata; `remoteCwd` is the sandbox's workspace root
-    when present (DOMAIN §3), so it is checked like `workspace_root`."""
+    when present (DOMAIN §3), checked by `remote_cwd`."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
     remoteCwd: (
-        Annotated[str, Field(min_length=1, max_length=500), AfterValidator(sandbox_root)] | None
+        Annotated[str, Field(min_length=1, max_length=500), AfterValidator(remote_cwd)] | None
     ) = None
 
     def as_json(self) -> dict:
@@ -466,7 +483,9 @@ def validate_batch(
                 )
             )
         try:
-            data = EVENT_TYPES[envelope.type].model_validate(envelope.data)
+            # A lease's provider decides how its metadata is checked (`remote_cwd`).
+            context = {"provider": envelope.data.get("provider")}
+            data = EVENT_TYPES[envelope.type].model_validate(envelope.data, context=context)
         except ValidationError as exc:
             errors.extend(_errors(index, ("data",), exc))
             continue

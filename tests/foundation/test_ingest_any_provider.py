@@ -85,3 +85,35 @@ def test_a_provider_key_is_a_key(post, bad):
     response = post(events)
     assert response.status_code == 400
     assert (0, "data.provider") in {(e["index"], e["path"]) for e in response.json()["errors"]}
+
+
+@pytest.mark.parametrize("cwd", ["/app", "/srv/paperclip/PAP-142", "/", "workspace"])
+def test_an_ssh_lease_keeps_any_working_directory_paperclip_gives_it(post, cwd):
+    """Paperclip's SSH environments run in any directory of the host: its
+    parseSshRemoteExecutionSpec takes any non-empty `remoteCwd`
+    (paperclipai/paperclip: packages/adapter-utils/src/ssh.ts), and the console
+    never touches an SSH sandbox's files. The `/home/<user>` rule for the
+    roots the console hashes and exports refused the whole batch. Fails before
+    the fix: 400 naming data.metadata.remoteCwd."""
+    ids, events = graph(provider="ssh", sandbox=SSH_ID)
+    events[-1]["data"]["metadata"] = {"remoteCwd": cwd}
+    response = post(events)
+    assert response.status_code == 200, response.content
+    assert m.EnvironmentLease.objects.get(pk=ids["lease"]).metadata == {"remoteCwd": cwd}
+
+
+@pytest.mark.parametrize("cwd", ["/app/../etc", "..", ""])
+def test_an_ssh_lease_still_refuses_a_dotdot_or_empty_working_directory(post, cwd):
+    ids, events = graph(provider="ssh", sandbox=SSH_ID)
+    events[-1]["data"]["metadata"] = {"remoteCwd": cwd}
+    response = post(events)
+    assert response.status_code == 400
+    assert {e["path"] for e in response.json()["errors"]} == {"data.metadata.remoteCwd"}
+
+
+def test_a_daytona_lease_keeps_the_home_rule(post):
+    ids, events = graph(provider="daytona")
+    events[-1]["data"]["metadata"] = {"remoteCwd": "/app"}
+    response = post(events)
+    assert response.status_code == 400
+    assert {e["path"] for e in response.json()["errors"]} == {"data.metadata.remoteCwd"}
