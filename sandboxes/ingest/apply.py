@@ -683,7 +683,9 @@ def _write_rows(uow: _UnitOfWork, model: Mirrored) -> None:
     in one UPDATE of the columns the batch set, where the batch is not older."""
     rows = uow.rows[model]
     sent = uow.sent[model]
-    new = [pk for pk in rows if pk in uow.new[model]]
+    # In id order, like the read: two batches inserting the same new ids wait
+    # for each other in one order, never in a cycle.
+    new = sorted(pk for pk in rows if pk in uow.new[model])
     inserted = _insert(
         model, [_full_row(model, rows[pk]) for pk in new], ignore_conflicts=True, returning=("id",)
     )
