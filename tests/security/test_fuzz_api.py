@@ -85,7 +85,12 @@ def test_no_act_request_causes_a_500_or_a_partial_write(world, operator_token, d
             content_type=content_type,
             HTTP_AUTHORIZATION=f"Bearer {raw}",
         )
-        assert response.status_code in (200, 400, 404, 409), response.content[:300]
+        # 405: an action named "/" turns the path into the read-only detail
+        # route of a slash-carrying sandbox id (ssh://... ids are addressable),
+        # which refuses POST with its Allow header; still no write, no 500.
+        assert response.status_code in (200, 400, 404, 405, 409), response.content[:300]
+        if response.status_code == 405:
+            assert response["Allow"] == "GET"
         diff = changes(before, snapshot(*rows))
         audits = diff["counts"].pop("sandboxes.AuditEvent", 0)
         if response.status_code != 200:
