@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Iterable
 
 from django.db import connection, models
+from django.db.models.options import Options
 from django.utils import timezone
 from psycopg import Cursor, sql
 from psycopg.types.json import Jsonb
@@ -63,81 +64,22 @@ def upsert(
     if not rows:
         return []
     meta = model._meta
-    now = timezone.now()
-    keys = list(dict.fromkeys(key for record in rows for key in record))
-    for stamp in ("created_at", "updated_at"):
-        if stamp not in keys and any(f.name == stamp for f in meta.concrete_fields):
-            keys.append(stamp)
-            for record in rows:
-                record[stamp] = now
+    keys = _keys_stamped(meta, rows)
     # A record's keys are field names or attnames ("lease_id"): both resolve.
     fields = [meta.get_field(key) for key in keys]
-    given = set(fields)
-    constants = []  # (field, value): the model's defaults for what no record carries
-    for f in meta.concrete_fields:
-        if f in given or f.primary_key:
-            continue
-        value = f.get_default()  # as the ORM would: the default, "" for blank text
-        if value is not None:
-            constants.append((f, value))
-        elif not f.null:
-            raise ValueError(f"{model.__name__}.{f.name} has no value and no default")
-
-    # One staging table per (table, columns), kept for the session: creating
-    # and dropping one per page churned the catalog. Emptied before each use.
-    columns_sql = ", ".join(f"{f.column} {_db_type(f)}" for f in fields)
-    digest = hashlib.sha1(f"{meta.db_table}({columns_sql})".encode()).hexdigest()[:16]
-    stage = f"_mirror_stage_{digest}"
+    constants = _constants(model, set(fields))
     if not connection.in_atomic_block:
         # The staging table empties at every commit: COPY and INSERT must share one.
         raise RuntimeError("bulk.upsert runs inside transaction.atomic()")
     connection.ensure_connection()
     raw = connection.connection  # psycopg's connection: server-side binding below
     with Cursor(raw) as cur:
-        # No parameters: both statements go in one round trip.
-        cur.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE IF NOT EXISTS {stage} ({cols}) ON COMMIT DELETE ROWS;"
-                " TRUNCATE {stage}"
-            ).format(
-                stage=sql.Identifier(stage),
-                cols=sql.SQL(", ").join(
-                    sql.SQL("{} {}").format(sql.Identifier(f.column), sql.SQL(_db_type(f)))
-                    for f in fields
-                ),
-            )
-        )
-        with cur.copy(
-            sql.SQL("COPY {} ({}) FROM STDIN").format(
-                sql.Identifier(stage),
-                sql.SQL(", ").join(sql.Identifier(f.column) for f in fields),
-            )
-        ) as copy:
-            for record in rows:
-                copy.write_row(
-                    [_adapt(f, record.get(k)) for k, f in zip(keys, fields, strict=True)]
-                )
-
+        stage = _staged(cur, meta, keys, fields, rows)
         target = sql.Identifier(meta.db_table)
         columns = [f.column for f in fields] + [f.column for f, _ in constants]
         select = [sql.Identifier(f.column) for f in fields] + [
             sql.SQL("%s::{}").format(sql.SQL(_db_type(f))) for f, _ in constants
         ]
-        if update is None:
-            on_conflict = sql.SQL("DO NOTHING")
-        else:
-            assignments = [meta.get_field(name).column for name in (*update, "updated_at")]
-            on_conflict = sql.SQL("DO UPDATE SET {}").format(
-                sql.SQL(", ").join(
-                    sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
-                    for c in dict.fromkeys(assignments)
-                )
-            )
-            if newer_only:
-                on_conflict += sql.SQL(
-                    " WHERE {t}.source_updated_at IS NULL OR EXCLUDED.source_updated_at IS NULL"
-                    " OR {t}.source_updated_at <= EXCLUDED.source_updated_at"
-                ).format(t=target)
         cur.execute(
             sql.SQL(
                 "INSERT INTO {t} ({cols}) SELECT {sel} FROM {stage}"
@@ -148,10 +90,94 @@ def upsert(
                 sel=sql.SQL(", ").join(select),
                 stage=sql.Identifier(stage),
                 key=sql.SQL(", ").join(sql.Identifier(meta.get_field(c).column) for c in conflict),
-                on_conflict=on_conflict,
+                on_conflict=_on_conflict(meta, target, update, newer_only),
                 pk=sql.Identifier(meta.pk.column),
             ),
             [_adapt(f, value) for f, value in constants],
         )
         written = [row[0] for row in cur.fetchall()]
     return written
+
+
+def _keys_stamped(meta: Options, rows: list[dict]) -> list[str]:
+    """Every key the records carry, in first-seen order, plus `created_at` and
+    `updated_at` (stamped now on every record) when the model has them."""
+    now = timezone.now()
+    keys = list(dict.fromkeys(key for record in rows for key in record))
+    for stamp in ("created_at", "updated_at"):
+        if stamp not in keys and any(f.name == stamp for f in meta.concrete_fields):
+            keys.append(stamp)
+            for record in rows:
+                record[stamp] = now
+    return keys
+
+
+def _constants(model: type[models.Model], given: set) -> list[tuple[models.Field, object]]:
+    """(field, value): the model's defaults for what no record carries, as the
+    ORM would write them (the default, "" for blank text)."""
+    constants = []
+    for f in model._meta.concrete_fields:
+        if f in given or f.primary_key:
+            continue
+        value = f.get_default()
+        if value is not None:
+            constants.append((f, value))
+        elif not f.null:
+            raise ValueError(f"{model.__name__}.{f.name} has no value and no default")
+    return constants
+
+
+def _staged(
+    cur: Cursor, meta: Options, keys: list[str], fields: list[models.Field], rows: list[dict]
+) -> str:
+    """COPY the rows into the session's staging table for (table, columns); its name.
+
+    One staging table per (table, columns), kept for the session: creating
+    and dropping one per page churned the catalog. Emptied before each use."""
+    columns_sql = ", ".join(f"{f.column} {_db_type(f)}" for f in fields)
+    digest = hashlib.sha1(f"{meta.db_table}({columns_sql})".encode()).hexdigest()[:16]
+    stage = f"_mirror_stage_{digest}"
+    # No parameters: both statements go in one round trip.
+    cur.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE IF NOT EXISTS {stage} ({cols}) ON COMMIT DELETE ROWS;"
+            " TRUNCATE {stage}"
+        ).format(
+            stage=sql.Identifier(stage),
+            cols=sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(f.column), sql.SQL(_db_type(f)))
+                for f in fields
+            ),
+        )
+    )
+    with cur.copy(
+        sql.SQL("COPY {} ({}) FROM STDIN").format(
+            sql.Identifier(stage),
+            sql.SQL(", ").join(sql.Identifier(f.column) for f in fields),
+        )
+    ) as copy:
+        for record in rows:
+            copy.write_row([_adapt(f, record.get(k)) for k, f in zip(keys, fields, strict=True)])
+    return stage
+
+
+def _on_conflict(
+    meta: Options, target: sql.Identifier, update: Iterable[str] | None, newer_only: bool
+) -> sql.Composable:
+    """DO NOTHING, or DO UPDATE of `update` and `updated_at` (only over an
+    older source time with `newer_only`)."""
+    if update is None:
+        return sql.SQL("DO NOTHING")
+    assignments = [meta.get_field(name).column for name in (*update, "updated_at")]
+    on_conflict = sql.SQL("DO UPDATE SET {}").format(
+        sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
+            for c in dict.fromkeys(assignments)
+        )
+    )
+    if newer_only:
+        on_conflict += sql.SQL(
+            " WHERE {t}.source_updated_at IS NULL OR EXCLUDED.source_updated_at IS NULL"
+            " OR {t}.source_updated_at <= EXCLUDED.source_updated_at"
+        ).format(t=target)
+    return on_conflict
