@@ -24,7 +24,7 @@ from sandboxes.models.choices import (
     Stage,
     TokenScope,
 )
-from sandboxes.proof import REPLACEMENT, fingerprint_of, has_approval, proof_for
+from sandboxes.proof import fingerprint_of, has_approval, proof_for, proof_key
 from sandboxes.reconciler.holds import blocking_holds, explanation
 
 MAX_BULK_APPROVE = 50
@@ -155,7 +155,7 @@ def approve(retirement_id, *, actor, reason: str) -> Retirement:
     payload = {
         "user": label,
         "reason": reason,
-        "proof_receipt_id": str(proof.receipt.pk) if proof.receipt is not None else REPLACEMENT,
+        "proof_receipt_id": proof_key(proof),
         "fingerprint": proof.fingerprint,
     }
     receipt = _receipt(r, ReceiptKind.APPROVAL, payload, label, now)

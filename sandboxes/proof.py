@@ -156,6 +156,14 @@ class Proof:
 REPLACEMENT = "replacement"
 
 
+def proof_key(proof: Proof | None) -> str:
+    """What an approval or a notice is bound to: the receipt the proof rests on,
+    or REPLACEMENT for resume_failed's proof by its replacement; "" without proof."""
+    if not proof:
+        return ""
+    return str(proof.receipt.pk) if proof.receipt is not None else REPLACEMENT
+
+
 def replacement_proof(retirement: Retirement, fingerprint: dict | None = None) -> Proof:
     """`resume_failed` only (DOMAIN §2.1, seed 004): Paperclip checked the proof
     when it replaced the sandbox (clean workspace, committed save, verified
@@ -268,8 +276,7 @@ def approval_for(proof: Proof, approval: Receipt) -> bool:
     if not proof:
         return False
     # A replacement proof (resume_failed) has no receipt: its approval names it.
-    approved = str(proof.receipt.pk) if proof.receipt is not None else REPLACEMENT
-    if approval.payload.get("proof_receipt_id") != approved:
+    if approval.payload.get("proof_receipt_id") != proof_key(proof):
         return False
     if proof.fingerprint is None:
         return True

@@ -1,8 +1,9 @@
 """What happens next to a record: pure functions over plain data.
 
-The listing (`sync_step`, `new_record_state`) and the state machine
-(`next_step`) ask these, and so does the policy preview: the preview computes
-what a pass would do with the very rules a pass follows, never a copy of them.
+The listing (`sync_step`, `new_record_state`) and the planner
+(`situation_of`, then `next_step`) ask these, and so does the policy preview:
+the preview computes what a pass would do with the very rules a pass follows,
+never a copy of them (docs/rules.md, what happens next).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import RetirementKind, RetirementMode, Stage
+from sandboxes.proof import Proof, has_approval, proof_key
 
 from .holds import STOP_ONLY_KINDS
 
@@ -44,6 +47,34 @@ class Situation:
     notice_valid: bool  # a notice was given for exactly this proof
     retire_after: datetime | None
     under_cap: bool
+
+
+def situation_of(
+    r: Retirement,
+    *,
+    kind: str,
+    blocking,
+    mode: str,
+    notice: timedelta | None,
+    proof: Proof | None,
+    receipts: list[Receipt],
+    under_cap: bool,
+) -> Situation:
+    """The Situation of record `r` (its started flag and notice), its proof as
+    bound now and its loaded receipts (for the approval), under a policy (`mode`,
+    `notice`). The planner and the policy preview both build it here."""
+    return Situation(
+        kind=kind,
+        blocking=tuple(blocking),
+        mode=mode,
+        started=r.started_for_salvage,
+        proof=bool(proof),
+        approved=proof is not None and has_approval(r, proof, receipts),
+        notice=notice,
+        notice_valid=notice_valid(r.retire_after, r.notice_proof, proof_key(proof)),
+        retire_after=r.retire_after,
+        under_cap=under_cap,
+    )
 
 
 def notice_on(mode: str, notice: timedelta | None) -> bool:

@@ -17,11 +17,11 @@ from sandboxes.models import AuditEvent, Receipt, Retirement
 from sandboxes.models.choices import ReceiptKind, RetirementMode, Stage
 from sandboxes.proof import (
     PROOF_KINDS,
-    REPLACEMENT,
     Proof,
     fingerprint_of,
     has_approval,
     proof_from_receipts,
+    proof_key,
 )
 from sandboxes.providers.base import SandboxState, TransientProviderError
 
@@ -51,14 +51,6 @@ def proof_receipts(r: Retirement) -> list[Receipt]:
             retirement=r, kind__in=(*PROOF_KINDS, ReceiptKind.APPROVAL)
         ).order_by("confirmed_at", "created_at")
     )
-
-
-def proof_key_of(proof) -> str:
-    """The receipt a proof rests on: an approval or a notice is bound to it."""
-    if not proof:
-        return ""
-    # resume_failed's proof is its replacement, not a receipt (seed 004).
-    return str(proof.receipt.pk) if proof.receipt is not None else REPLACEMENT
 
 
 def record_void(r: Retirement, proof: Proof) -> None:
@@ -111,7 +103,7 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
     if env.retirement_mode == RetirementMode.MANUAL and not has_approval(r, proof, receipts):
         raise DestroyRefused("manual mode: no operator approval recorded")
     if decide.notice_on(env.retirement_mode, env.notice_period):
-        if not decide.notice_valid(r.retire_after, r.notice_proof, proof_key_of(proof)):
+        if not decide.notice_valid(r.retire_after, r.notice_proof, proof_key(proof)):
             raise DestroyRefused("notice period: no notice was given for this proof")
         if r.retire_after is None or r.retire_after > now:
             raise DestroyRefused(f"notice period: not before {iso(r.retire_after)}")

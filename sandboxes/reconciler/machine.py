@@ -18,18 +18,18 @@ import logging
 from . import claims
 from .claims import DB_LOST, ClaimLost
 from .gate import DestroyRefused
-from .plan import plan_step
+from .plan import Action, plan_step
 from .steps import do_compare, do_export, do_stop_before_wait, do_stop_only, retire_sandbox
 from .worker import Worker, record_failure
 
 log = logging.getLogger(__name__)
 
 STEPS = {
-    "stop_only": do_stop_only,
-    "stop_before_wait": do_stop_before_wait,
-    "compare": do_compare,
-    "export": do_export,
-    "retire": retire_sandbox,
+    Action.STOP_ONLY: do_stop_only,
+    Action.STOP_BEFORE_WAIT: do_stop_before_wait,
+    Action.COMPARE: do_compare,
+    Action.EXPORT: do_export,
+    Action.RETIRE: retire_sandbox,
 }
 
 
@@ -83,5 +83,5 @@ def _advance(retirement_id, attempt_id, worker: Worker, max_steps: int) -> None:
             break
         log.info("step %s on sandbox %s done", plan.action, plan.sandbox_id)
         worker.advanced += 1
-        if plan.action == "stop_only":
+        if plan.action == Action.STOP_ONLY:
             break

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
@@ -19,12 +20,12 @@ from sandboxes import audit
 from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, ReceiptKind, Stage
 from sandboxes.notifications import events as notify
-from sandboxes.proof import Proof, fingerprint_of, has_approval, proof_from_receipts, void_reason
+from sandboxes.proof import Proof, fingerprint_of, proof_from_receipts, proof_key, void_reason
 
 from . import decide
 from .candidates import Candidate, judge_lease_locked
 from .claims import fenced
-from .gate import proof_key_of, proof_receipts, record_void
+from .gate import proof_receipts, record_void
 from .holds import blocking_holds, compute_holds, explain
 from .records import close_record, wait_record
 
@@ -32,9 +33,19 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 
+class Action(StrEnum):
+    """The step a plan names; machine.STEPS runs each."""
+
+    STOP_ONLY = "stop_only"  # stop and retain (a correction, a superseded warm sandbox)
+    STOP_BEFORE_WAIT = "stop_before_wait"  # stop the sandbox the console started
+    COMPARE = "compare"
+    EXPORT = "export"
+    RETIRE = "retire"  # the destroy, through the gate
+
+
 @dataclass
 class Plan:
-    action: str  # stop_only | stop_before_wait | compare | export | retire
+    action: Action
     retirement_id: uuid.UUID
     environment: Environment
     sandbox_id: str
@@ -93,7 +104,7 @@ def _wait_for_cap(r: Retirement, started: bool, base: dict, now) -> Plan | None:
     (docs/rules.md, what happens next)."""
     if started:
         r.save()
-        return Plan("stop_before_wait", **base)
+        return Plan(Action.STOP_BEFORE_WAIT, **base)
     wait_record(r, r.stage, next_attempt_at=now)
     return None
 
@@ -117,7 +128,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
 
         if cand is None or cand.kind is None:
             if started:
-                return Plan("stop_before_wait", **base)
+                return Plan(Action.STOP_BEFORE_WAIT, **base)
             _dismiss(r, now)
             return None
 
@@ -125,25 +136,20 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
         receipts = proof_receipts(r)
         fingerprint = fingerprint_of(r)
         proof = proof_from_receipts(r, receipts, fingerprint)
-        proof_key = proof_key_of(proof)
-        step = decide.next_step(
-            decide.Situation(
-                kind=r.kind,
-                blocking=tuple(blocking),
-                mode=env.retirement_mode,
-                started=started,
-                proof=bool(proof),
-                approved=has_approval(r, proof, receipts),
-                notice=env.notice_period,
-                notice_valid=decide.notice_valid(r.retire_after, r.notice_proof, proof_key),
-                retire_after=r.retire_after,
-                under_cap=worker.under_cap(env),
-            ),
-            now,
+        situation = decide.situation_of(
+            r,
+            kind=r.kind,
+            blocking=blocking,
+            mode=env.retirement_mode,
+            notice=env.notice_period,
+            proof=proof,
+            receipts=receipts,
+            under_cap=worker.under_cap(env),
         )
+        step = decide.next_step(situation, now)
         if step == decide.SALVAGE:
             return _plan_salvage(r, base, proof, receipts, fingerprint)
-        return _follow(r, step, base, proof_key, now)
+        return _follow(r, step, base, proof_key(proof), now)
 
 
 def _dismiss(r: Retirement, now) -> None:
@@ -157,7 +163,7 @@ def _follow(r: Retirement, step: str, base: dict, proof_key: str, now) -> Plan |
     # only puts back the state the console found (docs/rules.md, holds).
     if step == decide.STOP_BEFORE_WAIT:
         r.save()
-        return Plan("stop_before_wait", **base)
+        return Plan(Action.STOP_BEFORE_WAIT, **base)
     if step == decide.HOLD:
         wait_record(r, Stage.HELD)
         return None
@@ -167,7 +173,7 @@ def _follow(r: Retirement, step: str, base: dict, proof_key: str, now) -> Plan |
         return None
     if step == decide.STOP_ONLY:
         r.save()
-        return Plan("stop_only", **base)
+        return Plan(Action.STOP_ONLY, **base)
     if step == decide.AWAIT_APPROVAL:
         entering = r.stage != Stage.AWAITING_APPROVAL
         wait_record(r, Stage.AWAITING_APPROVAL)
@@ -188,7 +194,7 @@ def _follow(r: Retirement, step: str, base: dict, proof_key: str, now) -> Plan |
     # needs attention.
     r.stage = Stage.RETIRING
     r.save()
-    return Plan("retire", **base)
+    return Plan(Action.RETIRE, **base)
 
 
 def _exportable(latest: Receipt | None, receipts: list[Receipt], fingerprint: dict) -> bool:
@@ -226,7 +232,7 @@ def _plan_salvage(
         r.save()
         files = {f["path"]: f for f in latest.payload["added"] + latest.payload["changed"]}
         return Plan(
-            "export",
+            Action.EXPORT,
             **base,
             root=root,
             export_files=files,
@@ -237,4 +243,4 @@ def _plan_salvage(
     r.save()
     workspace = lease.execution_workspace
     manifest = (workspace.saved_manifest or {}) if workspace is not None else {}
-    return Plan("compare", **base, root=root, manifest=manifest)
+    return Plan(Action.COMPARE, **base, root=root, manifest=manifest)

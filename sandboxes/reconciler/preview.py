@@ -4,8 +4,9 @@ sandboxes under a policy, beside what it would do under the current one.
 Computed with the pass's own functions and nothing else: the candidate listing
 (`list_candidates`, `judge_leases`), the holds (`compute_holds`,
 `blocking_holds`), the proof (`proof_from_receipts`), the listing's decisions
-(`decide.sync_step`, `decide.new_record_state`) and the state machine's
-(`decide.settle`), in the order a pass claims records, with its per-pass cap.
+(`decide.sync_step`, `decide.new_record_state`) and the planner's
+(`decide.situation_of`, `decide.next_step` through `decide.settle`), in the
+order a pass claims records, with its per-pass cap.
 It only reads: a fixed number of queries at any fleet size, no write, no
 provider call.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
@@ -31,10 +33,10 @@ from sandboxes.models.choices import (
     RetirementMode,
     Stage,
 )
-from sandboxes.proof import PROOF_KINDS, approval_for, fingerprints_of, proof_from_receipts
+from sandboxes.proof import PROOF_KINDS, fingerprints_of, proof_from_receipts
 
 from . import decide
-from .candidates import judge_leases, list_candidates
+from .candidates import Candidate, judge_leases, list_candidates
 from .holds import blocking_holds, compute_holds
 
 # Categories, in display order, with what each means for an admin.
@@ -65,7 +67,7 @@ _FROM_STEP = {
     decide.WAIT_CAP: "wait_cap",
     decide.OBSERVE: "observe",
 }
-_WAITING_STAGE = {
+_WAITING_STAGE: dict[str, str] = {
     Stage.HELD: "held",
     Stage.AWAITING_APPROVAL: "awaiting_approval",
     Stage.NOTICED: "noticed",
@@ -139,7 +141,21 @@ class _Item:
     dismissed: bool = False
 
 
-def _load(env: Environment):
+# What _load reads: records (values() rows, each with its "record"), candidates,
+# re-judged leases, receipts by record and fingerprints by record.
+Loaded = tuple[list[dict[str, Any]], list[Candidate], dict, dict, dict]
+
+
+def _as_record(rec: dict[str, Any]) -> Retirement:
+    """The values() row as an unsaved Retirement, what proof_from_receipts,
+    fingerprints_of and decide.situation_of read (no query)."""
+    r = Retirement(**{name: rec[name] for name in RECORD_FIELDS})
+    if rec.get("lease") is not None:
+        r.lease = rec["lease"]  # loaded for resume_failed only (its proof reads it)
+    return r
+
+
+def _load(env: Environment) -> Loaded:
     """The reads (a fixed number of queries): open records, candidates, the
     re-judged leases of records without a current candidate, and receipts."""
     records = list(
@@ -155,6 +171,8 @@ def _load(env: Environment):
         for r in records:
             if r["kind"] == RetirementKind.RESUME_FAILED:
                 r["lease"] = leases.get(r["lease_id"])
+    for r in records:
+        r["record"] = _as_record(r)
     candidates = list_candidates(env.pk)
     by_sandbox = {(c.provider, c.provider_lease_id): c for c in candidates}
     rejudge = [
@@ -174,36 +192,46 @@ def _load(env: Environment):
             receipts.setdefault(x.retirement_id, []).append(x)
     # Only a record with proof receipts can have proof: bind those to what their
     # sandbox is now (the others have no proof whatever the fingerprint).
-    fingerprints = fingerprints_of(_RecordView(r) for r in records if r["id"] in receipts)
+    fingerprints = fingerprints_of(r["record"] for r in records if r["id"] in receipts)
     return records, candidates, judged, receipts, fingerprints
 
 
-def _items(policy: Policy, records, candidates, judged, now, cache: dict) -> list[_Item]:
-    """Replay the listing (sync_retirements) on the loaded rows under `policy`.
+def _kind(cand: Candidate) -> str:
+    """A listed candidate, or a re-judged lease still a candidate, has its kind."""
+    assert cand.kind is not None
+    return cand.kind
+
+
+@dataclass
+class _Replay:
+    """The listing (sync_retirements) replayed on the loaded rows under `policy`.
     `cache` keeps holds computed for one retention, for the other policy's replay."""
-    by_sandbox = {(r["provider"], r["provider_lease_id"]): r for r in records}
-    cands = {(c.provider, c.provider_lease_id): c for c in candidates}
-    items = []
 
-    def holds_of(cand, operator_hold_reason=""):
-        key = (cand.lease_id, policy.warm_retention, operator_hold_reason)
-        if key not in cache:
+    policy: Policy
+    now: datetime
+    cache: dict
+
+    def holds_of(self, cand: Candidate, operator_hold_reason: str = "") -> tuple[tuple, tuple]:
+        key = (cand.lease_id, self.policy.warm_retention, operator_hold_reason)
+        if key not in self.cache:
             facts = cand.facts
-            if facts.warm_retention != policy.warm_retention:
-                facts = replace(facts, warm_retention=policy.warm_retention)
+            if facts.warm_retention != self.policy.warm_retention:
+                facts = replace(facts, warm_retention=self.policy.warm_retention)
             holds = compute_holds(
-                facts, cand.kind, operator_hold_reason=operator_hold_reason, now=now
+                facts, cand.kind, operator_hold_reason=operator_hold_reason, now=self.now
             )
-            cache[key] = (tuple(holds), tuple(blocking_holds(holds, cand.kind)))
-        return cache[key]
+            self.cache[key] = (tuple(holds), tuple(blocking_holds(holds, cand.kind)))
+        return self.cache[key]
 
-    def track(rec, cand):
-        holds, blocking = holds_of(cand, rec["operator_hold_reason"])
+    def tracked(self, rec: dict, cand: Candidate) -> _Item:
+        """An open record of the candidate's lease, after the listing's sync_step."""
+        now = self.now
+        holds, blocking = self.holds_of(cand, rec["operator_hold_reason"])
         claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
         step = decide.sync_step(
             stage=rec["stage"],
             blocking=blocking,
-            mode=policy.retirement_mode,
+            mode=self.policy.retirement_mode,
             started=rec["started_for_salvage"],
             next_attempt_at=rec["next_attempt_at"],
             claimed=claimed,
@@ -215,49 +243,51 @@ def _items(policy: Policy, records, candidates, judged, now, cache: dict) -> lis
             stage, due = Stage.LISTED, now
         elif step == decide.SYNC_WAKE and stage not in (*STAGES_CLOSED, Stage.HELD):
             due = now
-        items.append(
-            _Item(
-                rec,
-                cand.kind,
-                (cand.provider, cand.provider_lease_id),
-                holds,
-                blocking,
-                stage,
-                due,
-                claimed,
-            )
-        )
+        key = (cand.provider, cand.provider_lease_id)
+        return _Item(rec, _kind(cand), key, holds, blocking, stage, due, claimed)
 
+    def created(self, key: tuple, cand: Candidate) -> _Item:
+        """A candidate without a record: the listing creates it (new_record_state)."""
+        holds, blocking = self.holds_of(cand)
+        stage, due = decide.new_record_state(
+            blocking=blocking, mode=self.policy.retirement_mode, now=self.now
+        )
+        return _Item(None, _kind(cand), key, holds, blocking, stage, due, False)
+
+
+def _dismissed(rec: dict, key: tuple, now) -> _Item | None:
+    """A record whose lease is no longer the candidate is dismissed, unless a
+    worker holds it or the console started its sandbox."""
+    claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
+    if claimed or rec["started_for_salvage"]:
+        return None
+    return _Item(rec, rec["kind"], key, (), (), rec["stage"], None, False, True)
+
+
+def _items(policy: Policy, records, candidates, judged, now, cache: dict) -> list[_Item]:
+    """Replay the listing (sync_retirements) on the loaded rows under `policy`."""
+    by_sandbox = {(r["provider"], r["provider_lease_id"]): r for r in records}
+    cands = {(c.provider, c.provider_lease_id): c for c in candidates}
+    replay = _Replay(policy, now, cache)
+    items: list[_Item | None] = []
     for key, cand in cands.items():
         rec = by_sandbox.get(key)
-        if rec is not None and rec["lease_id"] == cand.lease_id:
-            track(rec, cand)
-            continue
-        if rec is not None:
+        if rec is None:
+            items.append(replay.created(key, cand))
+        elif rec["lease_id"] == cand.lease_id:
+            items.append(replay.tracked(rec, cand))
+        else:
             # The old record gives way; the newest row is listed on the next pass.
-            claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
-            if not claimed and not rec["started_for_salvage"]:
-                items.append(_Item(rec, rec["kind"], key, (), (), rec["stage"], None, False, True))
-            continue
-        holds, blocking = holds_of(cand)
-        stage, due = decide.new_record_state(
-            blocking=blocking, mode=policy.retirement_mode, now=now
-        )
-        items.append(_Item(None, cand.kind, key, holds, blocking, stage, due, False))
-
+            items.append(_dismissed(rec, key, now))
     for key, rec in by_sandbox.items():
-        if key in cands:
-            continue
-        judged_row = judged.get(rec["lease_id"])
+        judged_row = None if key in cands else judged.get(rec["lease_id"])
         if judged_row is None:
             continue
-        claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
         if judged_row.kind is None:
-            if not claimed and not rec["started_for_salvage"]:
-                items.append(_Item(rec, rec["kind"], key, (), (), rec["stage"], None, False, True))
-            continue
-        track(rec, judged_row)
-    return items
+            items.append(_dismissed(rec, key, now))
+        else:
+            items.append(replay.tracked(rec, judged_row))
+    return [item for item in items if item is not None]
 
 
 def _due(item: _Item, now) -> bool:
@@ -269,8 +299,50 @@ def _due(item: _Item, now) -> bool:
     return item.due_at is not None and item.due_at <= now
 
 
+def _next_step(item: _Item, policy: Policy, receipts: dict, fingerprints: dict, retired: int, now):
+    """What the pass's worker would do with a due item: the planner's decision
+    (decide.situation_of, as plan_step builds it), settled within the pass."""
+    rec = item.record
+    r = rec["record"] if rec else Retirement()
+    mine = receipts.get(r.pk, []) if rec else []
+    # Bound to what the sandbox is now, as plan_step binds it.
+    proof = proof_from_receipts(r, mine, fingerprints.get(r.pk)) if rec else None
+    situation = decide.situation_of(
+        r,
+        kind=item.kind,
+        blocking=item.blocking,
+        mode=policy.retirement_mode,
+        notice=policy.notice_period,
+        proof=proof,
+        receipts=mine,
+        under_cap=retired < policy.max_retirements_per_pass,
+    )
+    return decide.settle(situation, now)
+
+
+def _row(item: _Item, category: str) -> dict:
+    """One sandbox as the preview lists it under its category."""
+    rec = item.record
+    started = bool(rec and rec["started_for_salvage"])
+    return {
+        "record_id": str(rec["id"]) if rec else None,
+        "provider": item.sandbox[0],
+        "sandbox_id": item.sandbox[1],
+        "kind": item.kind,
+        "holds": list(item.blocking if category == "held" else item.holds),
+        "stops_first": started and category not in ("salvage", "retire"),
+    }
+
+
 def outcome(
-    policy: Policy, records, candidates, judged, receipts, fingerprints, now, cache=None
+    policy: Policy,
+    records: list[dict[str, Any]],
+    candidates: list[Candidate],
+    judged: dict,
+    receipts: dict,
+    fingerprints: dict,
+    now: datetime,
+    cache: dict | None = None,
 ) -> Outcome:
     items = _items(policy, records, candidates, judged, now, {} if cache is None else cache)
     # The order a pass claims records: next_attempt_at (nulls first), then id.
@@ -283,10 +355,10 @@ def outcome(
     )
     retired = 0  # what Worker.retired_by_env counts
     out = Outcome()
-    counts, by_code, rows = Counter(), Counter(), {}
+    counts: Counter[str] = Counter()
+    by_code: Counter[str] = Counter()
+    rows: dict[str, list[dict]] = {}
     for item in items:
-        rec = item.record
-        started = bool(rec and rec["started_for_salvage"])
         if item.dismissed:
             category = "dismissed"
         elif item.claimed:
@@ -296,29 +368,7 @@ def outcome(
             if policy.retirement_mode == RetirementMode.OBSERVE and category == "listed":
                 category = "observe"
         else:
-            mine = receipts.get(rec["id"], []) if rec else []
-            # Bound to what the sandbox is now, as plan_step binds it.
-            proof = (
-                proof_from_receipts(_RecordView(rec), mine, fingerprints.get(rec["id"]))
-                if rec
-                else None
-            )
-            proof_key = str(proof.receipt.pk) if proof and proof.receipt is not None else ""
-            situation = decide.Situation(
-                kind=item.kind,
-                blocking=item.blocking,
-                mode=policy.retirement_mode,
-                started=started,
-                proof=bool(proof),
-                approved=bool(proof)
-                and any(x.kind == ReceiptKind.APPROVAL and approval_for(proof, x) for x in mine),
-                notice=policy.notice_period,
-                notice_valid=bool(rec)
-                and decide.notice_valid(rec["retire_after"], rec["notice_proof"], proof_key),
-                retire_after=rec["retire_after"] if rec else None,
-                under_cap=retired < policy.max_retirements_per_pass,
-            )
-            step = decide.settle(situation, now)
+            step = _next_step(item, policy, receipts, fingerprints, retired, now)
             category = _FROM_STEP[step]
             if step == decide.RETIRE or (
                 step == decide.SALVAGE
@@ -331,32 +381,11 @@ def outcome(
             by_code.update(item.blocking or item.holds)
         bucket = rows.setdefault(category, [])
         if len(bucket) < LIST_LIMIT:
-            bucket.append(
-                {
-                    "record_id": str(rec["id"]) if rec else None,
-                    "provider": item.sandbox[0],
-                    "sandbox_id": item.sandbox[1],
-                    "kind": item.kind,
-                    "holds": list(item.blocking if category == "held" else item.holds),
-                    "stops_first": started and category not in ("salvage", "retire"),
-                }
-            )
+            bucket.append(_row(item, category))
     out.counts = {c: counts[c] for c in CATEGORIES if counts[c]}
     out.held_by_code = dict(sorted(by_code.items()))
     out.rows = rows
     return out
-
-
-class _RecordView:
-    """The attributes proof_from_receipts and fingerprints_of read, from a values() row."""
-
-    def __init__(self, rec: dict):
-        self.pk = rec["id"]
-        self.provider = rec["provider"]
-        self.provider_lease_id = rec["provider_lease_id"]
-        self.lease_id = rec["lease_id"]
-        self.kind = rec["kind"]
-        self.lease = rec.get("lease")  # loaded for resume_failed only (its proof reads it)
 
 
 @dataclass

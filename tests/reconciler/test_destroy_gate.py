@@ -29,7 +29,7 @@ from django.utils import timezone
 from sandboxes import models as m
 from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
-from sandboxes.reconciler.plan import Plan
+from sandboxes.reconciler.plan import Action, Plan
 from sandboxes.reconciler.steps import retire_sandbox
 from sandboxes.reconciler.worker import Worker
 from tests import factories as f
@@ -50,7 +50,7 @@ def _claim(r):
 def _retire(r, local):
     """The one path to a provider destroy, called as a worker whose plan said retire."""
     r.refresh_from_db()
-    plan = Plan("retire", r.pk, r.environment, r.provider_lease_id)
+    plan = Plan(Action.RETIRE, r.pk, r.environment, r.provider_lease_id)
     retire_sandbox(plan, _claim(r), Worker(provider_for=lambda e: local))
     r.refresh_from_db()
 

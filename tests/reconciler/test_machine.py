@@ -15,7 +15,7 @@ from sandboxes.reconciler import machine
 from sandboxes.reconciler.claims import ClaimLost
 from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
-from sandboxes.reconciler.plan import Plan
+from sandboxes.reconciler.plan import Action, Plan
 from sandboxes.reconciler.steps import do_compare, retire_sandbox
 from sandboxes.reconciler.worker import ProviderMismatch, Worker, backoff
 from tests import factories as f
@@ -180,7 +180,7 @@ def _claim(r):
 
 def _plan(r):
     r.refresh_from_db()
-    return Plan("retire", r.pk, r.environment, r.provider_lease_id)
+    return Plan(Action.RETIRE, r.pk, r.environment, r.provider_lease_id)
 
 
 def _kind_leases(warm):
@@ -553,7 +553,7 @@ def test_a_sandbox_started_for_compare_is_stopped_when_a_hold_appears(warm, loca
         real(plan, attempt_id, worker)
         f.PendingExportFactory(lease=lease)
 
-    monkeypatch.setitem(machine.STEPS, "compare", compare_then_hold)
+    monkeypatch.setitem(machine.STEPS, Action.COMPARE, compare_then_hold)
     from sandboxes.reconciler.passes import run_pass
 
     run_pass(provider_for=lambda env: local)
@@ -684,7 +684,7 @@ def test_a_sandbox_gone_before_its_export_is_recorded_once(warm, local, monkeypa
         real(plan, attempt_id, worker)
         local.inner.destroy(plan.sandbox_id)
 
-    monkeypatch.setitem(machine.STEPS, "compare", compare_then_vanish)
+    monkeypatch.setitem(machine.STEPS, Action.COMPARE, compare_then_vanish)
     from sandboxes.reconciler.passes import run_pass
 
     run_pass(provider_for=lambda env: local)
@@ -780,7 +780,7 @@ def test_a_file_changed_between_compare_and_export_is_compared_again_and_exporte
             target.write_bytes(newer)
         calls.append(plan)
 
-    monkeypatch.setitem(machine.STEPS, "compare", compare_then_edit)
+    monkeypatch.setitem(machine.STEPS, Action.COMPARE, compare_then_edit)
     from sandboxes.reconciler.passes import run_pass
 
     run_pass(provider_for=lambda env: local)

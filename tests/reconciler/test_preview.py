@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from sandboxes import models as m
+from sandboxes.proof import REPLACEMENT
 from sandboxes.providers.local import LocalProvider
 from sandboxes.reconciler.passes import run_pass
 from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
@@ -209,3 +210,23 @@ def test_a_notice_period_in_the_preview(warm, reconcile):
     later = timezone.now() + timedelta(hours=5)
     assert preview(env, Policy.of(env), now=later).current.counts == {"retire": 2}
     assert set(CATEGORIES) >= set(pv.proposed.counts)
+
+
+def test_a_replaced_sandbox_under_a_notice_is_previewed_as_the_pass_retires_it(warm, reconcile):
+    """resume_failed is proved by its replacement, and its notice names that proof
+    (REPLACEMENT). Once the notice is over the preview says `retire`, as the pass
+    does. Failed while the preview built the decision's situation itself: it
+    bound the notice to "" for a replacement proof and said `notice` (give one)."""
+    env = f.EnvironmentFactory(retirement_mode="auto", notice_period=timedelta(hours=4))
+    lease = warm(env=env, status=m.LeaseStatus.PENDING_CLEANUP, failure_reason="resume_failed")
+    reconcile()
+    r = m.Retirement.objects.get(lease=lease)
+    assert (r.kind, r.stage) == (m.RetirementKind.RESUME_FAILED, m.Stage.NOTICED)
+    assert r.notice_proof == REPLACEMENT
+    later = timezone.now() + timedelta(hours=5)
+    assert preview(env, Policy.of(env), now=later).current.counts == {"retire": 1}
+    past = timezone.now() - timedelta(seconds=1)
+    m.Retirement.objects.filter(pk=r.pk).update(retire_after=past, next_attempt_at=past)
+    assert preview(env, Policy.of(env)).current.counts == {"retire": 1}
+    reconcile()
+    assert m.Retirement.objects.get(pk=r.pk).stage == m.Stage.RETIRED

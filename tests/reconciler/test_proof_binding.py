@@ -19,7 +19,7 @@ from sandboxes import actions
 from sandboxes import models as m
 from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
-from sandboxes.reconciler.plan import Plan
+from sandboxes.reconciler.plan import Action, Plan
 from sandboxes.reconciler.steps import retire_sandbox
 from sandboxes.reconciler.worker import Worker
 from sandboxes.roles import OPERATORS
@@ -152,7 +152,7 @@ def _claim(r):
 def _retire(r, local):
     """Call the one destroy path directly, as a worker whose plan said `retire`."""
     r.refresh_from_db()
-    plan = Plan("retire", r.pk, r.environment, r.provider_lease_id)
+    plan = Plan(Action.RETIRE, r.pk, r.environment, r.provider_lease_id)
     retire_sandbox(plan, _claim(r), Worker(provider_for=lambda e: local))
     r.refresh_from_db()
 
