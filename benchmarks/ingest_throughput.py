@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 
 from _bench_db import ROOT, setup, teardown
+
+from devtools.events import EPOCH, Events, uid
 
 DB = "paperclip_bench_ingest"
 TABLES = (
@@ -41,89 +42,47 @@ TABLES = (
 )
 
 
-def lease_graph(n: int, env: str) -> list[dict]:
+def lease_graph(ev: Events, n: int, env: str) -> list[dict]:
     """Seven events per sandbox, in the shapes Paperclip sends."""
-    ids = {k: str(uuid.uuid4()) for k in ("issue", "ws", "run", "lease")}
-    at = "2026-11-01T00:00:00Z"
-
-    def ev(type_, data):
-        return {"id": str(uuid.uuid4()), "type": type_, "occurred_at": at, "data": data}
-
-    manifest = {f"src/f{i}.py": {"sha256": f"{i:064x}", "size": 100 + i} for i in range(5)}
+    ids = {k: uid() for k in ("issue", "ws", "run", "lease")}
+    sandbox = f"sbx-{env[:8]}-{n}"
+    files = {f"src/f{i}.py": {"sha256": f"{i:064x}", "size": 100 + i} for i in range(5)}
     return [
-        ev(
-            "issue.upserted",
-            {
-                "issue_id": ids["issue"],
-                "key": f"PAP-{n}",
-                "title": "Task",
-                "status": "in_progress",
-                "bound_workspace_id": ids["ws"],
-            },
+        ev.issue(
+            ids["issue"],
+            "in_progress",
+            key=f"PAP-{n}",
+            title="Task",
+            bound_workspace_id=ids["ws"],
         ),
-        ev(
-            "workspace.upserted",
-            {
-                "workspace_id": ids["ws"],
-                "issue_id": ids["issue"],
-                "save_state": "saved",
-                "saved_at": at,
-                "saved_manifest": manifest,
-            },
+        ev.workspace(ids["ws"], ids["issue"], saved_at=EPOCH, saved_manifest=files),
+        ev.run(ids["run"], ids["issue"], "failed"),
+        ev.lease(
+            ids["lease"],
+            environment_id=env,
+            provider="daytona",
+            provider_lease_id=sandbox,
+            status="active",
+            lease_policy="reuse_by_environment",
+            acquired_at=EPOCH,
+            issue_id=ids["issue"],
+            workspace_id=ids["ws"],
+            run_id=ids["run"],
         ),
-        ev("run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": "failed"}),
-        ev(
-            "lease.upserted",
-            {
-                "lease_id": ids["lease"],
-                "environment_id": env,
-                "provider": "daytona",
-                "provider_lease_id": f"sbx-{env[:8]}-{n}",
-                "status": "active",
-                "lease_policy": "reuse_by_environment",
-                "acquired_at": at,
-                "issue_id": ids["issue"],
-                "workspace_id": ids["ws"],
-                "run_id": ids["run"],
-            },
-        ),
-        ev("lease.released", {"lease_id": ids["lease"], "disposition": "keep_running"}),
-        ev(
-            "receipt.recorded",
-            {
-                "lease_id": ids["lease"],
-                "kind": "termination",
-                "state": "stopped",
-                "run_id": ids["run"],
-                "provider_lease_id": f"sbx-{env[:8]}-{n}",
-                "confirmed_at": at,
-            },
-        ),
-        ev(
-            "intent.upserted",
-            {
-                "intent_id": str(uuid.uuid4()),
-                "lease_id": ids["lease"],
-                "kind": "stop_and_retain",
-                "state": "confirmed",
-            },
-        ),
+        ev.released(ids["lease"], "keep_running"),
+        ev.receipt(ids["lease"], run_id=ids["run"], provider_lease_id=sandbox, confirmed_at=EPOCH),
+        ev.intent(uid(), ids["lease"], "stop_and_retain", "confirmed"),
     ]
 
 
 def events_for(count: int) -> list[dict]:
-    env = str(uuid.uuid4())
-    events = [
-        {
-            "id": str(uuid.uuid4()),
-            "type": "environment.upserted",
-            "occurred_at": "2026-11-01T00:00:00Z",
-            "data": {"environment_id": env, "name": f"bench-{env[:8]}", "provider": "daytona"},
-        }
-    ]
+    # Random ids: every file and batch is new to the console.
+    ev = Events(ids=lambda _n, _type: uid())
+    env = uid()
+    events = [ev.environment(env, f"bench-{env[:8]}", "daytona")]
     n = 0
     while len(events) < count:
-        events.extend(lease_graph(n, env))
+        events.extend(lease_graph(ev, n, env))
         n += 1
     return events[:count]
 

@@ -1,5 +1,5 @@
-"""A demo fleet, described as Paperclip events so that it enters the console
-through the same ingest path as a real runtime's rows.
+"""A demo fleet, described as Paperclip events (devtools/events.py) so that it
+enters the console through the same ingest path as a real runtime's rows.
 
 With the local provider every lease names a real sandbox on this machine
 (created idempotently through the provider's `create`, holding files; some
@@ -10,12 +10,13 @@ holds explained within a pass or two.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.utils import timezone
+
+from devtools.events import Events, manifest
 
 DEMO_NAMESPACE = uuid.UUID("6f4740dc-32bc-5cce-8000-000000000000")
 
@@ -24,15 +25,9 @@ def _id(*parts: str) -> str:
     return str(uuid.uuid5(DEMO_NAMESPACE, "/".join(parts)))
 
 
-def _ts(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
-
-
-def _manifest(files: dict[str, bytes]) -> dict:
-    return {
-        path: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-        for path, data in files.items()
-    }
+def _events(now: datetime) -> Events:
+    """Stable event ids (a second load is all duplicates), stamped `now`."""
+    return Events(ids=lambda n, type_: _id("event", type_, str(n)), at=now)
 
 
 @dataclass(frozen=True)
@@ -242,29 +237,20 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
     `<key>/replacement`) to its sandbox id; absent keys use a stable name."""
     now = now or timezone.now()
     ids = sandbox_ids or {}
+    ev = _events(now)
     events: list[dict] = []
-
-    def add(type_: str, data: dict, at: datetime | None = None) -> None:
-        events.append(
-            {
-                "id": _id("event", type_, str(len(events))),
-                "type": type_,
-                "occurred_at": _ts(at or now),
-                "data": data,
-            }
-        )
+    add = events.append
 
     for name, mode in ENVIRONMENTS.items():
         add(
-            "environment.upserted",
-            {
-                "environment_id": _id("env", name),
-                "name": name,
-                "provider": _provider(name),
-                "driver": "sandbox",
-                "retirement_mode": mode,
-                "warm_retention_hours": 24,
-            },
+            ev.environment(
+                _id("env", name),
+                name,
+                _provider(name),
+                driver="sandbox",
+                retirement_mode=mode,
+                warm_retention_hours=24,
+            )
         )
     for s in SCENARIOS:
         issue, ws, run, lease = (_id(s.key, part) for part in ("issue", "ws", "run", "lease"))
@@ -274,128 +260,84 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
         acquired = released - timedelta(hours=1)
         writer = "writer" in s.extra
         add(
-            "issue.upserted",
-            {
-                "issue_id": issue,
-                "key": s.key,
-                "title": s.title,
-                "status": s.issue_status,
-                "bound_workspace_id": ws if s.bound else newer_ws,
-            },
+            ev.issue(
+                issue,
+                s.issue_status,
+                key=s.key,
+                title=s.title,
+                bound_workspace_id=ws if s.bound else newer_ws,
+            )
         )
+        add(ev.run(run, issue, s.run_status, started_at=acquired, finished_at=released))
         add(
-            "run.upserted",
-            {
-                "run_id": run,
-                "issue_id": issue,
-                "status": s.run_status,
-                "started_at": _ts(acquired),
-                "finished_at": _ts(released),
-            },
-        )
-        add(
-            "workspace.upserted",
-            {
-                "workspace_id": ws,
-                "issue_id": issue,
-                "save_state": "saved",
-                "saved_at": _ts(released),
-                "saved_manifest": _manifest(saved_files(s.key)),
-                "writer_run_id": run if writer else None,
-            },
+            ev.workspace(
+                ws,
+                issue,
+                saved_at=released,
+                saved_manifest=manifest(saved_files(s.key)),
+                writer_run_id=run if writer else None,
+            )
         )
         if not s.bound:
-            add(
-                "workspace.upserted",
-                {
-                    "workspace_id": newer_ws,
-                    "issue_id": issue,
-                    "save_state": "saved",
-                    "saved_at": _ts(now),
-                },
-            )
+            add(ev.workspace(newer_ws, issue, saved_at=now))
         add(
-            "lease.upserted",
-            {
-                "lease_id": lease,
-                "environment_id": _id("env", s.env),
-                "provider": _provider(s.env),
-                "provider_lease_id": sandbox,
-                "status": s.lease_status,
-                "lease_policy": s.policy,
-                "acquired_at": _ts(acquired),
-                "released_at": _ts(released) if s.released_hours is not None else None,
-                "issue_id": issue,
-                "workspace_id": ws,
-                "run_id": run,
-                "disposition": s.disposition,
-                "failure_reason": s.failure_reason or None,
-                "metadata": {"remoteCwd": "workspace"},
-            },
-            at=acquired,
+            ev.lease(
+                lease,
+                environment_id=_id("env", s.env),
+                provider=_provider(s.env),
+                provider_lease_id=sandbox,
+                status=s.lease_status,
+                lease_policy=s.policy,
+                acquired_at=acquired,
+                released_at=released if s.released_hours is not None else None,
+                issue_id=issue,
+                workspace_id=ws,
+                run_id=run,
+                disposition=s.disposition,
+                failure_reason=s.failure_reason or None,
+                metadata={"remoteCwd": "workspace"},
+                at=acquired,
+            )
         )
         if s.receipt:
-            receipt = {
-                "lease_id": lease,
-                "kind": "termination",
-                "state": "stopped",
-                "run_id": run,
-                "provider_lease_id": sandbox,
-                "confirmed_at": _ts(released),
-            }
-            add("receipt.recorded", receipt)
+            stop = {"run_id": run, "provider_lease_id": sandbox, "confirmed_at": released}
+            add(ev.receipt(lease, **stop))
             if s.receipt == "stop_and_retain":
-                add("receipt.recorded", receipt | {"kind": "stop_and_retain"})
+                add(ev.receipt(lease, kind="stop_and_retain", **stop))
         if "recovery_resolved" in s.extra or "recovery_open" in s.extra:
+            resolved = "recovery_resolved" in s.extra
             add(
-                "recovery_action.upserted",
-                {
-                    "action_id": _id(s.key, "recovery"),
-                    "issue_id": issue,
-                    "kind": "workspace_restore",
-                    "status": "resolved" if "recovery_resolved" in s.extra else "active",
-                    "lease_id": lease if "recovery_resolved" in s.extra else None,
-                },
+                ev.recovery_action(
+                    _id(s.key, "recovery"),
+                    issue,
+                    "resolved" if resolved else "active",
+                    lease_id=lease if resolved else None,
+                )
             )
         if "live_run" in s.extra:
-            add(
-                "run.upserted",
-                {"run_id": _id(s.key, "run-2"), "issue_id": issue, "status": "running"},
-            )
+            add(ev.run(_id(s.key, "run-2"), issue, "running"))
         if "export_pending" in s.extra:
-            add(
-                "export.upserted",
-                {"export_id": _id(s.key, "export"), "lease_id": lease, "state": "pending"},
-            )
+            add(ev.export(_id(s.key, "export"), lease, "pending"))
         if "intent_pending" in s.extra:
-            add(
-                "intent.upserted",
-                {
-                    "intent_id": _id(s.key, "intent"),
-                    "lease_id": lease,
-                    "kind": "restore",
-                    "state": "pending",
-                },
-            )
+            add(ev.intent(_id(s.key, "intent"), lease, "restore", "pending"))
         if "shared" in s.extra or "replacement" in s.extra:
             other = "shared" in s.extra
             add(
-                "lease.upserted",
-                {
-                    "lease_id": _id(s.key, "lease-2"),
-                    "environment_id": _id("env", s.env),
-                    "provider": "local",
-                    "provider_lease_id": sandbox
+                ev.lease(
+                    _id(s.key, "lease-2"),
+                    environment_id=_id("env", s.env),
+                    provider="local",
+                    provider_lease_id=sandbox
                     if other
                     else ids.get(f"{s.key}/replacement", sandbox_name(s.key) + "-new"),
-                    "status": "active",
-                    "lease_policy": s.policy,
+                    status="active",
+                    lease_policy=s.policy,
                     # A shared sandbox's other lease is older, so this row stays the newest.
-                    "acquired_at": _ts(acquired - timedelta(hours=1) if other else now),
-                    "issue_id": issue,
-                    "workspace_id": ws,
-                    "run_id": _id(s.key, "run-2") if other else run,
-                },
+                    acquired_at=acquired - timedelta(hours=1) if other else now,
+                    issue_id=issue,
+                    workspace_id=ws,
+                    run_id=_id(s.key, "run-2") if other else run,
+                )
             )
     return events
 
@@ -407,24 +349,20 @@ def newer_lease_events(sandbox_ids: dict[str, str] | None = None, now: datetime 
     s = next(s for s in SCENARIOS if "newer" in s.extra)
     sandbox = (sandbox_ids or {}).get(s.key, sandbox_name(s.key))
     return [
-        {
-            "id": _id("event", "newer-lease", s.key),
-            "type": "lease.upserted",
-            "occurred_at": _ts(now),
-            "data": {
-                "lease_id": _id(s.key, "lease-newer"),
-                "environment_id": _id("env", s.env),
-                "provider": _provider(s.env),
-                "provider_lease_id": sandbox,
-                "status": "released",
-                "lease_policy": "reuse_by_environment",
-                "acquired_at": _ts(now),
-                "released_at": _ts(now),
-                "issue_id": _id(s.key, "issue"),
-                "workspace_id": _id(s.key, "ws"),
-                "run_id": _id(s.key, "run"),
-            },
-        }
+        _events(now).lease(
+            _id(s.key, "lease-newer"),
+            environment_id=_id("env", s.env),
+            provider=_provider(s.env),
+            provider_lease_id=sandbox,
+            status="released",
+            lease_policy="reuse_by_environment",
+            acquired_at=now,
+            released_at=now,
+            issue_id=_id(s.key, "issue"),
+            workspace_id=_id(s.key, "ws"),
+            run_id=_id(s.key, "run"),
+            id=_id("event", "newer-lease", s.key),
+        )
     ]
 
 

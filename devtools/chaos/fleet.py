@@ -3,9 +3,9 @@
 Every candidate kind and every hold code gets at least one case, and some
 cases hold unsaved files (added, changed and deleted against the workspace's
 saved manifest). A case knows what must become of it (`expect`), so the
-invariant checker can tell a correct outcome from a lucky one. Events are in
-the ingest wire format (DOMAIN §4.1); the sandboxes are seeded in the
-simulator the way one seeds Daytona.
+invariant checker can tell a correct outcome from a lucky one. Events come
+from the one builder of ingest events (devtools/events.py); the sandboxes
+are seeded in the simulator the way one seeds Daytona.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+
+from devtools.events import Events, manifest, rfc3339
 
 # What must become of a case once the fleet converges.
 RETIRED = "retired"  # destroyed with proof, record `retired`
@@ -50,10 +52,6 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def iso(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 @dataclass
 class Case:
     name: str
@@ -74,7 +72,7 @@ class Case:
 
     @property
     def manifest(self) -> dict:
-        return {p: {"sha256": sha(b), "size": len(b)} for p, b in self.saved.items()}
+        return manifest(self.saved)
 
     @property
     def unsaved(self) -> dict[str, str]:
@@ -102,25 +100,16 @@ class Fleet:
         return next(c for c in self.cases if c.name == name)
 
 
-class _Events:
-    """Builds wire-format events with ids unique per wave."""
+class _Events(Events):
+    """Events with ids unique per wave (`chaos-<seed>-<n>`), stamped when built,
+    and uuids drawn from the fleet's seeded random source."""
 
     def __init__(self, seed: int, rng: random.Random):
-        self.seed = seed
+        super().__init__(ids=lambda n, _type: f"chaos-{seed}-{n + 1}", at=lambda: datetime.now(UTC))
         self.rng = rng
-        self.n = 0
 
     def uid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
-
-    def __call__(self, type_: str, data: dict) -> dict:
-        self.n += 1
-        return {
-            "id": f"chaos-{self.seed}-{self.n}",
-            "type": type_,
-            "occurred_at": iso(datetime.now(UTC)),
-            "data": data,
-        }
 
 
 def _files(rng: random.Random, case_name: str, dirty: str) -> tuple[dict, dict]:
@@ -322,7 +311,7 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
     add("outlast-abandoned", "abandoned_warm", RETIRED, dirty="ac", shape="outlast")
     add("outlast-resume-failed", "resume_failed", RETIRED, shape="outlast")
 
-    events = [ev("environment.upserted", e) for e in envs.values()]
+    events = [ev.environment(**e) for e in envs.values()]
     fleet = Fleet(seed=seed, cases=cases, environments=envs, events=events)
     fleet._ev = ev  # events for the sandboxes come once their ids are known
     fleet._now = now
@@ -360,7 +349,7 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
         "environment_id": env_id,
         "provider": fleet.environments[case.env]["provider"],
         "provider_lease_id": case.sandbox_id,
-        "acquired_at": iso(now - timedelta(days=3)),
+        "acquired_at": rfc3339(now - timedelta(days=3)),
         "issue_id": ids["issue"],
         "workspace_id": ids["ws"],
         "run_id": ids["run"],
@@ -378,7 +367,7 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
         policy = "retain_on_failure"
         status = "released" if hold == "task_can_resume" else "failed"
     elif kind == "done_task_warm":
-        lease["released_at"] = iso(
+        lease["released_at"] = rfc3339(
             now - (timedelta(hours=1) if hold == "retention" else timedelta(days=2))
         )
         if hold == "unknown_age":
@@ -405,212 +394,103 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
     lease["status"], lease["lease_policy"] = status, policy
 
     out.append(
-        ev(
-            "issue.upserted",
-            {
-                "issue_id": ids["issue"],
-                "key": f"CHAOS-{case.name}",
-                "title": case.name,
-                "status": issue_status,
-                "bound_workspace_id": bound,
-            },
+        ev.issue(
+            ids["issue"],
+            issue_status,
+            key=f"CHAOS-{case.name}",
+            title=case.name,
+            bound_workspace_id=bound,
         )
     )
     ws = {
-        "workspace_id": ids["ws"],
-        "issue_id": ids["issue"],
-        "save_state": "saved",
-        "saved_at": iso(now - timedelta(days=2)),
-        "final_checkpoint_at": iso(now - timedelta(days=2)),
+        "saved_at": rfc3339(now - timedelta(days=2)),
+        "final_checkpoint_at": rfc3339(now - timedelta(days=2)),
         "saved_manifest": case.manifest,
     }
     if hold == "writer_active" or shape == "preserved_cleared":
         ws["writer_run_id"] = ids["run"]
-    out.append(
-        ev("run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": run_status})
-    )
-    out.append(ev("workspace.upserted", ws))
+    out.append(ev.run(ids["run"], ids["issue"], run_status))
+    out.append(ev.workspace(ids["ws"], ids["issue"], **ws))
     if bound == ids["other_ws"]:
-        out.append(
-            ev(
-                "workspace.upserted",
-                {"workspace_id": ids["other_ws"], "issue_id": ids["issue"], "save_state": "saved"},
-            )
-        )
+        out.append(ev.workspace(ids["other_ws"], ids["issue"]))
     if hold == "issue_run_active":
-        out.append(
-            ev(
-                "run.upserted",
-                {"run_id": ids["run2"], "issue_id": ids["issue"], "status": "running"},
-            )
-        )
+        out.append(ev.run(ids["run2"], ids["issue"], "running"))
     if hold == "sandbox_shared":
         older = dict(lease, lease_id=ev.uid(), status="active", lease_policy="ephemeral")
-        older["acquired_at"] = iso(now - timedelta(days=5))
+        older["acquired_at"] = rfc3339(now - timedelta(days=5))
         older.pop("released_at", None)
-        out.append(ev("lease.upserted", older))
-    out.append(ev("lease.upserted", lease))
+        out.append(ev.lease(**older))
+    out.append(ev.lease(**lease))
     if hold == "task_can_resume":
         # An older row on the same sandbox (its host's clock ran behind) whose
         # task is still bound to its workspace: it protects the sandbox (§2.2).
         older_issue, older_ws = ev.uid(), ev.uid()
-        out.append(ev("issue.upserted", {"issue_id": older_issue, "status": "in_progress"}))
+        out.append(ev.issue(older_issue, "in_progress"))
+        out.append(ev.workspace(older_ws, older_issue))
+        out.append(ev.issue(older_issue, "in_progress", bound_workspace_id=older_ws))
         out.append(
-            ev(
-                "workspace.upserted",
-                {"workspace_id": older_ws, "issue_id": older_issue, "save_state": "saved"},
-            )
-        )
-        out.append(
-            ev(
-                "issue.upserted",
-                {"issue_id": older_issue, "status": "in_progress", "bound_workspace_id": older_ws},
-            )
-        )
-        out.append(
-            ev(
-                "lease.upserted",
-                dict(
+            ev.lease(
+                **dict(
                     lease,
                     lease_id=ev.uid(),
                     status="released",
                     issue_id=older_issue,
                     workspace_id=older_ws,
                     run_id=None,
-                    acquired_at=iso(now - timedelta(days=3, minutes=1)),
-                ),
+                    acquired_at=rfc3339(now - timedelta(days=3, minutes=1)),
+                )
             )
         )
     if released is not None and shape != "release_first":
-        out.append(ev("lease.released", released))
+        out.append(ev.released(**released))
+    stopped = {
+        "run_id": ids["run"],
+        "provider_lease_id": case.sandbox_id,
+        "confirmed_at": now - timedelta(days=2),
+    }
     if shape in ("preserved", "preserved_cleared"):
         out.append(
-            ev(
-                "receipt.recorded",
-                {
-                    "lease_id": ids["lease"],
-                    "kind": "stop_and_retain",
-                    "state": "stopped",
-                    "run_id": ids["run"],
-                    "provider_lease_id": case.sandbox_id,
-                    "confirmed_at": iso(now - timedelta(days=2)),
-                    "request_id": f"paperclip-sar-{ids['lease']}",
-                },
+            ev.receipt(
+                ids["lease"],
+                kind="stop_and_retain",
+                request_id=f"paperclip-sar-{ids['lease']}",
+                **stopped,
             )
         )
     if shape == "release_first":
         # Mid-wave: the release, then the run's final status.
         case.late_events = [
-            ev("lease.released", released),
-            ev(
-                "run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": "failed"}
-            ),
+            ev.released(**released),
+            ev.run(ids["run"], ids["issue"], "failed"),
         ]
     if shape == "preserved_cleared":
         # Mid-wave: Paperclip's recovery saved the files and cleared the writer hold.
-        case.late_events = [
-            ev(
-                "workspace.upserted",
-                {
-                    "workspace_id": ids["ws"],
-                    "issue_id": ids["issue"],
-                    "save_state": "saved",
-                    "writer_run_id": None,
-                },
-            )
-        ]
+        case.late_events = [ev.workspace(ids["ws"], ids["issue"], writer_run_id=None)]
     if receipt:
-        out.append(
-            ev(
-                "receipt.recorded",
-                {
-                    "lease_id": ids["lease"],
-                    "kind": "termination",
-                    "state": "stopped",
-                    "run_id": ids["run"],
-                    "provider_lease_id": case.sandbox_id,
-                    "confirmed_at": iso(now - timedelta(days=2)),
-                    "request_id": f"paperclip-stop-{ids['lease']}",
-                },
-            )
-        )
+        out.append(ev.receipt(ids["lease"], request_id=f"paperclip-stop-{ids['lease']}", **stopped))
     if kind == "closed_restore_source" and shape != "no_recovery":
-        out.append(
-            ev(
-                "recovery_action.upserted",
-                {
-                    "action_id": ev.uid(),
-                    "issue_id": ids["issue"],
-                    "kind": "workspace_restore",
-                    "status": "resolved",
-                    "lease_id": ids["lease"],
-                },
-            )
-        )
+        out.append(ev.recovery_action(ev.uid(), ids["issue"], "resolved", lease_id=ids["lease"]))
     if hold == "recovery_open":
-        out.append(
-            ev(
-                "recovery_action.upserted",
-                {
-                    "action_id": ev.uid(),
-                    "issue_id": ids["issue"],
-                    "kind": "workspace_restore",
-                    "status": "active",
-                },
-            )
-        )
+        out.append(ev.recovery_action(ev.uid(), ids["issue"], "active"))
     if hold == "export_pending":
-        out.append(
-            ev(
-                "export.upserted",
-                {"export_id": ev.uid(), "lease_id": ids["lease"], "state": "pending"},
-            )
-        )
+        out.append(ev.export(ev.uid(), ids["lease"], "pending"))
     if hold in ("intent_pending", "newer_lease"):
         ids["intent"] = ev.uid()
-        out.append(
-            ev(
-                "intent.upserted",
-                {
-                    "intent_id": ids["intent"],
-                    "lease_id": ids["lease"],
-                    "kind": "export_resume",
-                    "state": "pending",
-                },
-            )
-        )
+        out.append(ev.intent(ids["intent"], ids["lease"], "export_resume", "pending"))
     if hold == "newer_lease":
         # After the first listing: a newer, non-candidate row names the sandbox.
         newer = dict(lease, lease_id=ev.uid(), status="active", lease_policy="ephemeral")
-        newer["acquired_at"] = iso(now - timedelta(hours=1))
+        newer["acquired_at"] = rfc3339(now - timedelta(hours=1))
         newer["run_id"] = ids["run2"]
         case.post_listing_events = [
-            ev(
-                "run.upserted",
-                {"run_id": ids["run2"], "issue_id": ids["issue"], "status": "succeeded"},
-            ),
-            ev("lease.upserted", newer),
+            ev.run(ids["run2"], ids["issue"], "succeeded"),
+            ev.lease(**newer),
         ]
     if case.name == "resumed":
         # Mid-wave the task picks the workspace up again: the record is dismissed.
         case.late_events = [
-            ev(
-                "issue.upserted",
-                {
-                    "issue_id": ids["issue"],
-                    "status": "in_progress",
-                    "bound_workspace_id": ids["ws"],
-                },
-            ),
-            ev(
-                "intent.upserted",
-                {
-                    "intent_id": ids["intent"],
-                    "lease_id": ids["lease"],
-                    "kind": "export_resume",
-                    "state": "confirmed",
-                },
-            ),
+            ev.issue(ids["issue"], "in_progress", bound_workspace_id=ids["ws"]),
+            ev.intent(ids["intent"], ids["lease"], "export_resume", "confirmed"),
         ]
     return out
 

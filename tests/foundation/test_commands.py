@@ -6,9 +6,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from devtools.events import event, graph
 from sandboxes import models as m
-
-from .events import event, graph
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from devtools.events import event, graph
 from sandboxes import models as m
-from tests.foundation.events import event, graph
 
 pytestmark = pytest.mark.django_db
 

@@ -6,9 +6,8 @@ import uuid
 import pytest
 from django.apps import apps
 
+from devtools.events import event, graph, uid
 from sandboxes import models as m
-
-from .events import event, graph, uid
 
 pytestmark = pytest.mark.django_db
 

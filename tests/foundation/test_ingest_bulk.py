@@ -6,11 +6,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from devtools.events import event, graph, uid
 from sandboxes import models as m
 from sandboxes.ingest import apply as ingest_apply
 from sandboxes.ingest import apply_events, validate_batch
-
-from .events import event, graph, uid
 
 pytestmark = pytest.mark.django_db
 

@@ -9,10 +9,9 @@ from django.apps import apps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devtools.events import event, graph, uid
 from sandboxes import models as m
 from sandboxes.ingest.schemas import EVENT_TYPES
-
-from .events import event, graph, uid
 
 pytestmark = pytest.mark.django_db
 

@@ -5,10 +5,9 @@ import json
 
 import pytest
 
+from devtools.events import event, graph
 from sandboxes import models as m
 from sandboxes.ingest import apply as ingest_apply
-
-from .events import event, graph
 
 pytestmark = pytest.mark.django_db
 

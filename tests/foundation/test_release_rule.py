@@ -7,11 +7,10 @@ cancelled → expired), and it ignored an event's `status` and `released_at`.
 
 import pytest
 
+from devtools.events import event, graph
 from sandboxes.models import EnvironmentLease
 from sandboxes.models.choices import Disposition, RunStatus
 from sandboxes.release import release_status
-
-from .events import event, graph
 
 K, S, D = "keep_running", "stop_and_retain", "destroy"
 DERIVED = {K: "retained", S: "released", D: "expired"}

@@ -2,25 +2,21 @@
 `reconcile --once`, against the Daytona simulator over loopback (the console's
 own Daytona client) or the local provider.
 
-The event shapes follow the ingest contract (DOMAIN §4.1); the lease metadata
+The events come from the one builder (devtools/events.py); the lease metadata
 key `remoteCwd` is Paperclip's (its sandbox environment driver records the
 sandbox's working directory there)."""
 
-import hashlib
 import io
 import json
 import uuid
 
 from django.core.management import call_command
 
+from devtools.events import Events, manifest, uid
 from devtools.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes import models as m
 from sandboxes.providers.daytona import DaytonaProvider
 from sandboxes.providers.local import LocalProvider
-
-
-def manifest(files):
-    return {p: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for p, d in files.items()}
 
 
 class Sim:
@@ -121,14 +117,15 @@ def start_provider(kind, tmp_path):
     return Local(tmp_path / "sandboxes"), lambda: None
 
 
-def event(type_, data, at="2026-11-30T10:00:00Z"):
-    return {"id": str(uuid.uuid4()), "type": type_, "occurred_at": at, "data": data}
+_events = Events(ids=lambda _n, _type: uid(), at="2026-11-30T10:00:00Z")
+event = _events.event
 
 
 def abandoned_warm(provider_name, sid, *, saved, remote_cwd=None, mode="auto"):
     """Paperclip's events for a failed warm lease whose task moved on (seed 001
     abandoned_warm): (ids, events)."""
-    ids = {k: str(uuid.uuid4()) for k in ("env", "issue", "ws", "ws2", "run", "lease")}
+    ev = _events
+    ids = {k: uid() for k in ("env", "issue", "ws", "ws2", "run", "lease")}
     lease = {
         "lease_id": ids["lease"],
         "environment_id": ids["env"],
@@ -144,45 +141,22 @@ def abandoned_warm(provider_name, sid, *, saved, remote_cwd=None, mode="auto"):
     }
     ids["lease_data"] = lease
     events = [
-        event(
-            "environment.upserted",
-            {
-                "environment_id": ids["env"],
-                "name": f"e2e-{ids['env'][:6]}",
-                "provider": provider_name,
-                "retirement_mode": mode,
-            },
+        ev.environment(ids["env"], f"e2e-{ids['env'][:6]}", provider_name, retirement_mode=mode),
+        ev.issue(ids["issue"], "in_progress", bound_workspace_id=ids["ws2"]),
+        ev.workspace(
+            ids["ws"],
+            ids["issue"],
+            saved_at="2026-11-30T09:00:00Z",
+            saved_manifest=manifest(saved),
         ),
-        event(
-            "issue.upserted",
-            {"issue_id": ids["issue"], "status": "in_progress", "bound_workspace_id": ids["ws2"]},
-        ),
-        event(
-            "workspace.upserted",
-            {
-                "workspace_id": ids["ws"],
-                "issue_id": ids["issue"],
-                "save_state": "saved",
-                "saved_at": "2026-11-30T09:00:00Z",
-                "saved_manifest": manifest(saved),
-            },
-        ),
-        event(
-            "workspace.upserted",
-            {"workspace_id": ids["ws2"], "issue_id": ids["issue"], "save_state": "saved"},
-        ),
-        event("run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": "failed"}),
-        event("lease.upserted", lease),
-        event(
-            "receipt.recorded",
-            {
-                "lease_id": ids["lease"],
-                "kind": "termination",
-                "state": "stopped",
-                "run_id": ids["run"],
-                "provider_lease_id": sid,
-                "confirmed_at": "2026-11-30T09:30:00Z",
-            },
+        ev.workspace(ids["ws2"], ids["issue"]),
+        ev.run(ids["run"], ids["issue"], "failed"),
+        ev.lease(**lease),
+        ev.receipt(
+            ids["lease"],
+            run_id=ids["run"],
+            provider_lease_id=sid,
+            confirmed_at="2026-11-30T09:30:00Z",
         ),
     ]
     return ids, events

@@ -9,10 +9,8 @@ Daytona (a name, then files under the workspace root).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
-import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from io import StringIO
@@ -21,20 +19,13 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from devtools.events import Events, manifest, uid
 from devtools.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes import models as m
 from sandboxes.providers.daytona import DaytonaProvider
 
 SAVED = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n"}
 _clock = itertools.count()
-
-
-def manifest(files: dict[str, bytes]) -> dict:
-    return {p: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for p, b in files.items()}
-
-
-def uid() -> str:
-    return str(uuid.uuid4())
 
 
 @dataclass
@@ -51,12 +42,21 @@ class Story:
     def __post_init__(self):
         self.ids = {k: uid() for k in ("issue", "ws", "run", "lease")}
         self.start = timezone.now() - timedelta(hours=6)
+        # Each event a second after the last, from six hours ago.
+        self.ev = Events(ids=lambda _n, _type: f"e-{uid()}", at=self.tick)
+
+    def tick(self):
+        return self.start + timedelta(seconds=next(_clock))
 
     def emit(self, type_: str, data: dict, *, at=None) -> dict:
-        when = at or (self.start + timedelta(seconds=next(_clock)))
-        ev = {"id": f"e-{uid()}", "type": type_, "occurred_at": when.isoformat(), "data": data}
-        self.events.append(ev)
-        return ev
+        """Any event, data as given."""
+        event = self.ev.event(type_, data, at=at)
+        self.events.append(event)
+        return event
+
+    def _add(self, event: dict) -> Story:
+        self.events.append(event)
+        return self
 
     def task(
         self,
@@ -68,110 +68,67 @@ class Story:
         writer=False,
         **lease,
     ) -> Story:
-        i = self.ids
-        self.emit(
-            "issue.upserted",
-            {"issue_id": i["issue"], "key": "PAP-1", "status": issue_status},
-        )
-        self.emit(
-            "workspace.upserted",
-            {
-                "workspace_id": i["ws"],
-                "issue_id": i["issue"],
-                "save_state": "saved",
-                "saved_at": (self.start - timedelta(minutes=5)).isoformat(),
-                "final_checkpoint_at": (self.start - timedelta(minutes=5)).isoformat(),
-                "saved_manifest": manifest(files),
+        i, ev = self.ids, self.ev
+        saved = self.start - timedelta(minutes=5)
+        self._add(ev.issue(i["issue"], issue_status, key="PAP-1"))
+        self._add(
+            ev.workspace(
+                i["ws"],
+                i["issue"],
+                saved_at=saved,
+                final_checkpoint_at=saved,
+                saved_manifest=manifest(files),
                 **({"writer_run_id": i["run"]} if writer else {}),
-            },
+            )
         )
-        self.emit(
-            "issue.upserted",
-            {
-                "issue_id": i["issue"],
-                "key": "PAP-1",
-                "status": issue_status,
-                "bound_workspace_id": i["ws"],
-            },
-        )
+        self._add(ev.issue(i["issue"], issue_status, key="PAP-1", bound_workspace_id=i["ws"]))
         self.run(run_status)
-        data = {
-            "lease_id": i["lease"],
-            "environment_id": self.env,
-            "provider": "daytona",
-            "provider_lease_id": self.sandbox,
-            "status": lease_status,
-            "lease_policy": self.policy,
-            "acquired_at": (self.start - timedelta(hours=1)).isoformat(),
-            "issue_id": i["issue"],
-            "workspace_id": i["ws"],
-            "run_id": i["run"],
-            **lease,
-        }
-        self.emit("lease.upserted", data)
-        return self
+        return self._add(
+            ev.lease(
+                **{
+                    "lease_id": i["lease"],
+                    "environment_id": self.env,
+                    "provider": "daytona",
+                    "provider_lease_id": self.sandbox,
+                    "status": lease_status,
+                    "lease_policy": self.policy,
+                    "acquired_at": self.start - timedelta(hours=1),
+                    "issue_id": i["issue"],
+                    "workspace_id": i["ws"],
+                    "run_id": i["run"],
+                    **lease,
+                }
+            )
+        )
 
     def run(self, status: str) -> Story:
-        self.emit(
-            "run.upserted",
-            {"run_id": self.ids["run"], "issue_id": self.ids["issue"], "status": status},
-        )
-        return self
+        return self._add(self.ev.run(self.ids["run"], self.ids["issue"], status))
 
     def release(self, disposition: str, **extra) -> Story:
-        self.emit(
-            "lease.released", {"lease_id": self.ids["lease"], "disposition": disposition, **extra}
-        )
-        return self
+        return self._add(self.ev.released(self.ids["lease"], disposition, **extra))
 
     def stop_receipt(self, kind="termination", **extra) -> Story:
-        data = {
-            "lease_id": self.ids["lease"],
-            "kind": kind,
-            "state": "stopped",
+        fields = {
             "run_id": self.ids["run"],
             "provider_lease_id": self.sandbox,
-            "confirmed_at": (self.start + timedelta(seconds=next(_clock))).isoformat(),
+            "confirmed_at": self.tick(),
             **extra,
         }
-        self.emit("receipt.recorded", data)
-        return self
+        return self._add(self.ev.receipt(self.ids["lease"], kind=kind, **fields))
 
     def rebind(self) -> Story:
         """A Retry binds the task to a fresh workspace (seed 001)."""
         ws = uid()
-        self.emit(
-            "workspace.upserted",
-            {"workspace_id": ws, "issue_id": self.ids["issue"], "save_state": "saved"},
+        self._add(self.ev.workspace(ws, self.ids["issue"]))
+        return self._add(
+            self.ev.issue(self.ids["issue"], "in_progress", key="PAP-1", bound_workspace_id=ws)
         )
-        self.emit(
-            "issue.upserted",
-            {
-                "issue_id": self.ids["issue"],
-                "key": "PAP-1",
-                "status": "in_progress",
-                "bound_workspace_id": ws,
-            },
-        )
-        return self
 
     def issue(self, status: str) -> Story:
-        self.emit(
-            "issue.upserted", {"issue_id": self.ids["issue"], "key": "PAP-1", "status": status}
-        )
-        return self
+        return self._add(self.ev.issue(self.ids["issue"], status, key="PAP-1"))
 
     def writer(self, run_id) -> Story:
-        self.emit(
-            "workspace.upserted",
-            {
-                "workspace_id": self.ids["ws"],
-                "issue_id": self.ids["issue"],
-                "save_state": "saved",
-                "writer_run_id": run_id,
-            },
-        )
-        return self
+        return self._add(self.ev.workspace(self.ids["ws"], self.ids["issue"], writer_run_id=run_id))
 
     def lease(self) -> m.EnvironmentLease:
         return m.EnvironmentLease.objects.get(pk=self.ids["lease"])
@@ -193,17 +150,9 @@ class World:
         self.out = ""
         self.load(
             [
-                {
-                    "id": f"e-{uid()}",
-                    "type": "environment.upserted",
-                    "occurred_at": (timezone.now() - timedelta(days=1)).isoformat(),
-                    "data": {
-                        "environment_id": self.env,
-                        "name": f"sim-{self.env[:6]}",
-                        "provider": "daytona",
-                        "retirement_mode": mode,
-                    },
-                }
+                Events(at=timezone.now() - timedelta(days=1)).environment(
+                    self.env, f"sim-{self.env[:6]}", "daytona", retirement_mode=mode
+                )
             ]
         )
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.events import graph
 from sandboxes.models import AuditEvent
-from tests.foundation.events import graph
 
 from .conftest import FUZZ, changes, client_for, rolled_back, snapshot
 from .endpoints import API_ACTIONS

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from devtools.events import event, graph, uid
 from sandboxes import models as m
-from tests.foundation.events import event, graph, uid
 
 from .conftest import snapshot
 
