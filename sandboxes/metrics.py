@@ -84,113 +84,111 @@ def _process_registry() -> CollectorRegistry:
 # --- fleet gauges from the database ---------------------------------------------
 
 
+# The closed stages, each counted in its own counter family: (name, help).
+CLOSED_FAMILIES = {
+    Stage.RETIRED: ("retirements", "Sandboxes retired (destroyed with proof), by kind."),
+    Stage.DISMISSED: (
+        "dismissals",
+        "Records closed without a retirement (the candidate stopped matching), by kind.",
+    ),
+    Stage.CORRECTED: (
+        "corrections",
+        "Corrections closed once their stop was confirmed (a sandbox kept running "
+        "after an unsuccessful run, stopped and retained), by kind.",
+    ),
+}
+
+
 class FleetCollector(Collector):
     """Reads the fleet in three queries, whatever its size."""
 
     def collect(self):
-        kept = GaugeMetricFamily(
-            f"{PREFIX}_kept_sandboxes",
-            "Kept sandboxes the reconciler tracks (open retirement records), by stage and kind.",
-            labels=["stage", "kind"],
-        )
-        attention = GaugeMetricFamily(
-            f"{PREFIX}_needs_attention",
-            "Open retirement records that failed 5 times or more and need an operator.",
-        )
-        retired = CounterMetricFamily(
-            f"{PREFIX}_retirements",
-            "Sandboxes retired (destroyed with proof), by kind.",
-            labels=["kind"],
-        )
-        dismissed = CounterMetricFamily(
-            f"{PREFIX}_dismissals",
-            "Records closed without a retirement (the candidate stopped matching), by kind.",
-            labels=["kind"],
-        )
-        corrected = CounterMetricFamily(
-            f"{PREFIX}_corrections",
-            "Corrections closed once their stop was confirmed (a sandbox kept running "
-            "after an unsuccessful run, stopped and retained), by kind.",
-            labels=["kind"],
-        )
-        # 1: every record, grouped (a few dozen rows at most).
-        rows = Retirement.objects.values("stage", "kind", "needs_attention").annotate(n=Count("id"))
-        by_open: Counter = Counter()
-        by_retired: Counter = Counter()
-        by_dismissed: Counter = Counter()
-        by_corrected: Counter = Counter()
-        needs_attention = 0
-        for row in rows:
-            if row["stage"] == Stage.RETIRED:
-                by_retired[row["kind"]] += row["n"]
-            elif row["stage"] == Stage.DISMISSED:
-                by_dismissed[row["kind"]] += row["n"]
-            elif row["stage"] == Stage.CORRECTED:
-                by_corrected[row["kind"]] += row["n"]
-            else:
-                by_open[(row["stage"], row["kind"])] += row["n"]
-                if row["needs_attention"]:
-                    needs_attention += row["n"]
-        for (stage, kind), n in sorted(by_open.items()):
-            kept.add_metric([stage, kind], n)
-        for kind, n in sorted(by_retired.items()):
-            retired.add_metric([kind], n)
-        for kind, n in sorted(by_dismissed.items()):
-            dismissed.add_metric([kind], n)
-        for kind, n in sorted(by_corrected.items()):
-            corrected.add_metric([kind], n)
-        attention.add_metric([], needs_attention)
-        yield kept
-        yield attention
-        yield retired
-        yield dismissed
-        yield corrected
+        yield from _record_families()
+        yield _holds_family()
+        yield from _latest_pass_families()
 
-        # 2: hold codes of open records, counted in Python (portable; one short
-        # list per record).
-        holds = GaugeMetricFamily(
-            f"{PREFIX}_holds",
-            "Open retirement records waiting on each hold code.",
-            labels=["code"],
-        )
-        counts: Counter = Counter({code.value: 0 for code in HoldCode})
-        for codes in Retirement.objects.open().values_list("holds", flat=True):
-            for code in set(codes or ()):
-                counts[code] += 1
-        for code, n in sorted(counts.items()):
-            holds.add_metric([code], n)
-        yield holds
 
-        # 3: the latest finished pass.
-        latest = (
-            ReconcilerPass.objects.filter(finished_at__isnull=False, dry_run=False)
-            .order_by("-finished_at")
-            .values("started_at", "finished_at", "candidates", "retired", "failed", "errors")
-            .first()
-        )
-        duration = GaugeMetricFamily(
-            f"{PREFIX}_reconciler_pass_duration_seconds",
-            "Duration of the latest finished reconciler pass.",
-        )
-        finished = GaugeMetricFamily(
-            f"{PREFIX}_reconciler_pass_finished_timestamp_seconds",
-            "When the latest reconciler pass finished (Unix time); alert when it gets old.",
-        )
-        pass_counts = GaugeMetricFamily(
-            f"{PREFIX}_reconciler_pass_records",
-            "Counts of the latest finished reconciler pass.",
-            labels=["count"],
-        )
-        if latest is not None:
-            duration.add_metric([], (latest["finished_at"] - latest["started_at"]).total_seconds())
-            finished.add_metric([], latest["finished_at"].timestamp())
-            pass_counts.add_metric(["candidates"], latest["candidates"])
-            pass_counts.add_metric(["retired"], latest["retired"])
-            pass_counts.add_metric(["failed"], latest["failed"])
-            pass_counts.add_metric(["errors"], len(latest["errors"] or ()))
-        yield duration
-        yield finished
-        yield pass_counts
+def _record_families():
+    """Query 1: every record, grouped (a few dozen rows at most) - the open ones
+    by stage and kind, and the closed ones by kind in their own counters."""
+    rows = Retirement.objects.values("stage", "kind", "needs_attention").annotate(n=Count("id"))
+    by_open: Counter = Counter()
+    by_closed: dict[str, Counter] = {stage: Counter() for stage in CLOSED_FAMILIES}
+    needs_attention = 0
+    for row in rows:
+        if row["stage"] in by_closed:
+            by_closed[row["stage"]][row["kind"]] += row["n"]
+        else:
+            by_open[(row["stage"], row["kind"])] += row["n"]
+            if row["needs_attention"]:
+                needs_attention += row["n"]
+    kept = GaugeMetricFamily(
+        f"{PREFIX}_kept_sandboxes",
+        "Kept sandboxes the reconciler tracks (open retirement records), by stage and kind.",
+        labels=["stage", "kind"],
+    )
+    for (stage, kind), n in sorted(by_open.items()):
+        kept.add_metric([stage, kind], n)
+    yield kept
+    attention = GaugeMetricFamily(
+        f"{PREFIX}_needs_attention",
+        "Open retirement records that failed 5 times or more and need an operator.",
+    )
+    attention.add_metric([], needs_attention)
+    yield attention
+    for stage, (name, documentation) in CLOSED_FAMILIES.items():
+        closed = CounterMetricFamily(f"{PREFIX}_{name}", documentation, labels=["kind"])
+        for kind, n in sorted(by_closed[stage].items()):
+            closed.add_metric([kind], n)
+        yield closed
+
+
+def _holds_family() -> GaugeMetricFamily:
+    """Query 2: hold codes of open records, counted in Python (portable; one
+    short list per record)."""
+    holds = GaugeMetricFamily(
+        f"{PREFIX}_holds",
+        "Open retirement records waiting on each hold code.",
+        labels=["code"],
+    )
+    counts: Counter = Counter({code.value: 0 for code in HoldCode})
+    for codes in Retirement.objects.open().values_list("holds", flat=True):
+        for code in set(codes or ()):
+            counts[code] += 1
+    for code, n in sorted(counts.items()):
+        holds.add_metric([code], n)
+    return holds
+
+
+def _latest_pass_families():
+    """Query 3: the latest finished pass (families without samples before one)."""
+    latest = (
+        ReconcilerPass.objects.filter(finished_at__isnull=False, dry_run=False)
+        .order_by("-finished_at")
+        .values("started_at", "finished_at", "candidates", "retired", "failed", "errors")
+        .first()
+    )
+    duration = GaugeMetricFamily(
+        f"{PREFIX}_reconciler_pass_duration_seconds",
+        "Duration of the latest finished reconciler pass.",
+    )
+    finished = GaugeMetricFamily(
+        f"{PREFIX}_reconciler_pass_finished_timestamp_seconds",
+        "When the latest reconciler pass finished (Unix time); alert when it gets old.",
+    )
+    pass_counts = GaugeMetricFamily(
+        f"{PREFIX}_reconciler_pass_records",
+        "Counts of the latest finished reconciler pass.",
+        labels=["count"],
+    )
+    if latest is not None:
+        duration.add_metric([], (latest["finished_at"] - latest["started_at"]).total_seconds())
+        finished.add_metric([], latest["finished_at"].timestamp())
+        pass_counts.add_metric(["candidates"], latest["candidates"])
+        pass_counts.add_metric(["retired"], latest["retired"])
+        pass_counts.add_metric(["failed"], latest["failed"])
+        pass_counts.add_metric(["errors"], len(latest["errors"] or ()))
+    return [duration, finished, pass_counts]
 
 
 def render() -> bytes:
