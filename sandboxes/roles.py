@@ -5,7 +5,7 @@ from django.db import router
 
 REVIEWERS, OPERATORS, ADMINS = "reviewers", "operators", "admins"
 
-_REVIEWER = ["sandboxes.export_audit"]
+_REVIEWER = ["sandboxes.view_console", "sandboxes.export_audit"]
 _OPERATOR = _REVIEWER + [
     "sandboxes.approve_retirement",
     "sandboxes.retry_retirement",

@@ -201,6 +201,7 @@ class Retirement(models.Model):
             ("attest_retirement", "Can discard unsaved work and retire"),
             ("export_audit", "Can export the audit trail"),
             ("manage_tokens", "Can create and revoke API tokens"),
+            ("view_console", "Can read the console"),
         ]
 
     def __str__(self):

@@ -13,9 +13,9 @@ from django.shortcuts import render
 
 from sandboxes.models import ReconcilerPass, Retirement
 
-# Every console role carries this permission, so it doubles as "may read the
-# console": a signed-in account with no role sees nothing.
-READ_PERMISSION = "sandboxes.export_audit"
+# Every console role carries this permission: a signed-in account with no
+# role sees nothing. (Exporting the audit trail is export_audit, apart.)
+READ_PERMISSION = "sandboxes.view_console"
 
 # Live regions (marked data-live) poll every 3 s; static/js/console.js lets a
 # hidden tab's polls through only every 30 s. (A trigger filter such as
