@@ -436,6 +436,14 @@ class ReconcilerPass(models.Model):
     cost_per_day = models.DecimalField(max_digits=14, decimal_places=4, null=True, blank=True)
     cost_unknown = models.PositiveIntegerField(default=0)
     errors = models.JSONField(default=list, blank=True)
+    listing = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The listing this pass's candidates come from: its snapshot, "
+        "when a time-based rule comes due, and whether it was reused unchanged.",
+    )
+    # A dry run's lines ("sandbox kind: stage (holds)"), on the unsaved record only.
+    would: list[str]
 
     class Meta:
         ordering = ["-started_at"]

@@ -13,6 +13,7 @@ are shortcuts for tests the query makes in full anyway.
 
 from __future__ import annotations
 
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -260,10 +261,10 @@ def candidate_queryset(environment_id=None) -> QuerySet:
 
 @dataclass(frozen=True)
 class Candidate:
-    lease_id: object
+    lease_id: uuid.UUID
     provider: str
     provider_lease_id: str
-    environment_id: object
+    environment_id: uuid.UUID
     retirement_mode: str
     kind: str | None
     facts: LeaseFacts
@@ -331,7 +332,7 @@ def list_candidates(environment_id=None) -> list[Candidate]:
     return [_to_candidate(row) for row in rows]
 
 
-def judge_leases(lease_ids) -> dict[object, Candidate]:
+def judge_leases(lease_ids) -> dict[uuid.UUID, Candidate]:
     """Re-judge given lease rows (an open record's lease): `kind` ignores the
     newest-row rule, which shows up as the `newer_lease` hold. 1 query."""
     ids = list(lease_ids)
@@ -339,7 +340,7 @@ def judge_leases(lease_ids) -> dict[object, Candidate]:
         return {}
     with _without_jit():
         rows = list(annotated_leases().filter(GRAPH_COMPLETE, pk__in=ids).values(*FACT_FIELDS))
-    out = {}
+    out: dict[uuid.UUID, Candidate] = {}
     for row in rows:
         candidate = _to_candidate(row)
         out[candidate.lease_id] = candidate

@@ -139,6 +139,18 @@ def compute_holds(
     return [code for code in HOLD_ORDER if code in codes]
 
 
+def holds_change_at(facts: LeaseFacts, kind: str | None, *, now: datetime) -> datetime | None:
+    """When compute_holds' answer for these facts changes with time alone: the end
+    of the warm retention a `done_task_warm` candidate is still inside (None if no
+    time-based hold is running). Every other hold follows data, not the clock."""
+    if kind != RetirementKind.DONE_TASK_WARM:
+        return None
+    if facts.released_at is None or facts.warm_retention is None:
+        return None
+    ends = facts.released_at + facts.warm_retention
+    return ends if ends > now else None
+
+
 def blocking_holds(holds: list[str], kind: str | None) -> list[str]:
     """The holds that stop the next step: all of them; a stop-only step ignores
     only the holds a stop does not need to wait for (STOP_IGNORES)."""

@@ -2,7 +2,9 @@
 
 A fixed number of queries at any fleet size: the candidate query, the open
 records, one re-judge of records whose lease is not a current candidate, and
-bulk writes. Claimed records are left to their worker.
+bulk writes. Claimed records are left to their worker. The sync also reports
+when its answer would change with the clock alone (`SyncResult.due_at`), so a
+pass over an unchanged fleet can reuse it (sandboxes/reconciler/changes.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from sandboxes.models.choices import STAGES_CLOSED, Stage
 
 from . import decide
 from .candidates import Candidate, judge_leases, list_candidates
-from .holds import blocking_holds, compute_holds, explain
+from .holds import blocking_holds, compute_holds, explain, holds_change_at
 
 OPEN_FIELDS = (
     "id",
@@ -54,15 +56,21 @@ def _open_records(environment_id=None) -> list[dict]:
     return list(qs.values(*OPEN_FIELDS))
 
 
+def _operator_holds(environment_id=None) -> dict[tuple[str, str], str]:
+    """The open records an operator holds, by sandbox: the only record field
+    hold evaluation reads (the rest of a record is the sync's business)."""
+    qs = Retirement.objects.exclude(stage__in=STAGES_CLOSED).exclude(operator_hold_reason="")
+    if environment_id is not None:
+        qs = qs.filter(environment_id=environment_id)
+    rows = qs.values_list("provider", "provider_lease_id", "operator_hold_reason")
+    return {(provider, sandbox): reason for provider, sandbox, reason in rows}
+
+
 def evaluate_fleet(environment_id=None, now: datetime | None = None) -> list[Evaluated]:
     """Listing plus hold evaluation, read-only: 2 queries at any size."""
     now = now or timezone.now()
     candidates = list_candidates(environment_id)
-    operator = {
-        (r["provider"], r["provider_lease_id"]): r["operator_hold_reason"]
-        for r in _open_records(environment_id)
-        if r["operator_hold_reason"]
-    }
+    operator = _operator_holds(environment_id)
     return [
         Evaluated(
             c,
@@ -85,6 +93,9 @@ class SyncResult:
     held: int = 0
     released: int = 0
     by_kind: dict = field(default_factory=dict)
+    # The earliest moment this sync's answer changes with the clock alone (a
+    # warm retention ending, a claim expiring); None if nothing is timed.
+    due_at: datetime | None = None
 
 
 def _claimed(rec: dict, now) -> bool:
@@ -120,17 +131,17 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
     updates: list[Retirement] = []
     to_hold, to_release, to_wake, to_dismiss = [], [], [], {}
 
-    def track(rec: dict, cand: Candidate) -> None:
+    def track(rec: dict, cand: Candidate, kind: str) -> None:
         holds = compute_holds(
-            cand.facts, cand.kind, operator_hold_reason=rec["operator_hold_reason"], now=now
+            cand.facts, kind, operator_hold_reason=rec["operator_hold_reason"], now=now
         )
-        if holds != rec["holds"] or cand.kind != rec["kind"]:
+        if holds != rec["holds"] or kind != rec["kind"]:
             updates.append(
-                Retirement(pk=rec["id"], holds=holds, hold_reasons=explain(holds), kind=cand.kind)
+                Retirement(pk=rec["id"], holds=holds, hold_reasons=explain(holds), kind=kind)
             )
         step = decide.sync_step(
             stage=rec["stage"],
-            blocking=blocking_holds(holds, cand.kind),
+            blocking=blocking_holds(holds, kind),
             mode=rec["environment__retirement_mode"],
             started=rec["started_for_salvage"],
             next_attempt_at=rec["next_attempt_at"],
@@ -144,9 +155,11 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
             to_wake.append(rec["id"])  # a started sandbox: its worker stops it first
 
     for key, cand in cand_by_sandbox.items():
+        if cand.kind is None:
+            continue  # never: the candidate query lists rows that match a kind
         rec = by_sandbox.get(key)
         if rec is not None and rec["lease_id"] == cand.lease_id:
-            track(rec, cand)
+            track(rec, cand, cand.kind)
             continue
         if rec is not None:
             # A newer lease row on this sandbox is itself a candidate: the old
@@ -173,8 +186,7 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
         )
 
     for key, rec in by_sandbox.items():
-        cand = cand_by_sandbox.get(key)
-        if cand is not None:
+        if key in cand_by_sandbox:
             continue
         judged_row = judged.get(rec["lease_id"])
         if judged_row is None:
@@ -187,7 +199,7 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
             else:
                 to_dismiss[rec["id"]] = "no longer a candidate (the predicate stopped matching)"
             continue
-        track(rec, judged_row)
+        track(rec, judged_row, judged_row.kind)
 
     if updates:
         Retirement.objects.bulk_update(updates, ["holds", "hold_reasons", "kind"], batch_size=None)
@@ -228,7 +240,18 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
         result.created = len(created)
     for c in candidates:
         result.by_kind[c.kind] = result.by_kind.get(c.kind, 0) + 1
+    result.due_at = _due_at(now, candidates, judged.values(), records)
     return result
+
+
+def _due_at(now: datetime, candidates, judged, records) -> datetime | None:
+    """When this listing's answer changes with the clock alone: the first warm
+    retention to end among the rows it judged, or the first claim to expire
+    among the records it left to their worker (docs/rules.md, holds)."""
+    times = [holds_change_at(c.facts, c.kind, now=now) for c in candidates]
+    times += [holds_change_at(c.facts, c.kind, now=now) for c in judged]
+    times += [r["claimed_until"] for r in records if _claimed(r, now)]
+    return min((t for t in times if t is not None), default=None)
 
 
 def _dismiss(reasons: dict, now, unclaimed: Q) -> int:

@@ -24,7 +24,7 @@ from sandboxes.logging import log_context
 from sandboxes.models import Environment, ReconcilerPass, Retirement
 from sandboxes.models.choices import STAGES_CLOSED
 
-from . import claims, machine, sizes
+from . import changes, claims, machine, sizes
 from .listing import evaluate_fleet, sync_retirements
 from .preservation import record_preservation_sources, resolve_preservation_actions
 from .worker import Worker
@@ -116,22 +116,38 @@ def _dry_run(record: ReconcilerPass, env_id, started) -> ReconcilerPass:
     return record
 
 
+def _listing(record: ReconcilerPass, env_id, started) -> None:
+    """Preservation and listing, or, if nothing they read changed and no
+    time-based rule came due since the last listing in this scope, that
+    listing's result as it stands (sandboxes/reconciler/changes.py)."""
+    previous = changes.previous_listing(record)
+    if changes.still_current(previous, started):
+        record.candidates = previous.get("candidates", 0)
+        record.listing = changes.reused(previous)
+        log.info("listing: nothing changed; %s candidates as listed", record.candidates)
+        return
+    start = changes.mark()  # before every read the listing makes
+    record_preservation_sources(env_id)
+    resolve_preservation_actions(env_id)
+    sync = sync_retirements(env_id, now=started)
+    record.candidates = sync.candidates
+    record.listing = changes.listing_state(start, started, sync.due_at, sync.candidates)
+    changes.prune(started)
+    log.info(
+        "listing: %s candidates, %s listed, %s dismissed",
+        sync.candidates,
+        sync.created,
+        sync.dismissed,
+    )
+
+
 def _run(record, env_id, started, provider_for, progress, progress_every) -> ReconcilerPass:
     w = Worker(name=record.worker)
     if provider_for is not None:
         w.provider_for = provider_for
     errors: list = []
     try:
-        record_preservation_sources(env_id)
-        resolve_preservation_actions(env_id)
-        sync = sync_retirements(env_id, now=started)
-        record.candidates = sync.candidates
-        log.info(
-            "listing: %s candidates, %s listed, %s dismissed",
-            sync.candidates,
-            sync.created,
-            sync.dismissed,
-        )
+        _listing(record, env_id, started)
     except claims.DB_LOST as exc:
         # Due records do not need this pass's listing: each is re-judged under
         # its row lock before any step. Reconnect and work them.
