@@ -170,11 +170,14 @@ KIND_PREDICATES: list[tuple[str, Q]] = [
         # release is recorded as sent, so this matches whichever of the run's
         # final status and the release arrived first.
         RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN,
-        Q(heartbeat_run__status__in=RUN_UNSUCCESSFUL, has_stop_receipt=False)
+        # Column tests first, the receipt probe last: Q(**kwargs) would sort the
+        # probe first, and PostgreSQL then hashes every receipt ever written.
+        Q(heartbeat_run__status__in=RUN_UNSUCCESSFUL)
         & (
             Q(status=LeaseStatus.RETAINED)
             | Q(disposition=Disposition.KEEP_RUNNING, status__in=KEPT_STATUSES)
-        ),
+        )
+        & Q(has_stop_receipt=False),
     ),
     (
         RetirementKind.SUPERSEDED_RUNNING_WARM,
@@ -193,13 +196,10 @@ KIND_PREDICATES: list[tuple[str, Q]] = [
         # recovery action concerns it, all of them closed, and the task moved on
         # (closed, or bound to another workspace). With no recovery action yet,
         # restore recovery owns it (seed 001, "Out of scope").
-        Q(
-            lease_policy=LeasePolicy.RETAIN_ON_FAILURE,
-            status__in=KEPT_RESTORE_STATUSES,
-            recovery_any=True,
-            recovery_open_lease=False,
-        )
-        & (Q(issue__status__in=ISSUE_CLOSED) | _bound_elsewhere),
+        Q(lease_policy=LeasePolicy.RETAIN_ON_FAILURE, status__in=KEPT_RESTORE_STATUSES)
+        & (Q(issue__status__in=ISSUE_CLOSED) | _bound_elsewhere)
+        & Q(recovery_any=True)
+        & Q(recovery_open_lease=False),
     ),
     (
         RetirementKind.DONE_TASK_WARM,
@@ -287,7 +287,7 @@ def _to_candidate(row: dict) -> Candidate:
         export_pending=row["export_pending"],
         intent_pending=row["intent_pending"],
         sandbox_shared=row["sandbox_shared"],
-        newer_lease=row["newer_lease"],
+        newer_lease=row.get("newer_lease", False),
         has_stop_receipt=row["has_stop_receipt"],
         resumable_elsewhere=row["resumable_elsewhere"],
         undated_row=row["undated_row"],
@@ -324,11 +324,15 @@ def _without_jit():
         yield
 
 
+# A listed row has no newer row (the query filters on it): one probe less per row.
+LISTED_FIELDS = tuple(name for name in FACT_FIELDS if name != "newer_lease")
+
+
 def list_candidates(environment_id=None) -> list[Candidate]:
     """Every candidate (newest row per sandbox, complete graph) with its hold facts:
     one SELECT (plus SET LOCAL jit on PostgreSQL)."""
     with _without_jit():
-        rows = list(candidate_queryset(environment_id).values(*FACT_FIELDS))
+        rows = list(candidate_queryset(environment_id).values(*LISTED_FIELDS))
     return [_to_candidate(row) for row in rows]
 
 

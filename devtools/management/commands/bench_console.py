@@ -14,7 +14,7 @@ import time
 import uuid
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.test import Client
 from django.test.utils import (
@@ -29,6 +29,8 @@ from sandboxes.models.choices import ReceiptKind, RetirementKind, Stage
 
 BATCH = 5000
 LEASE_BATCH = 500
+# Issue 16: every console page at or under the admin changelist, in at most this many queries.
+MAX_QUERIES = 12
 
 
 def _load(leases: int, retirements: int, stdout) -> m.Retirement:
@@ -244,13 +246,29 @@ class Command(BaseCommand):
             ]
             self.stdout.write(f"\nmedian of {runs} requests (in-process, ms):")
             baseline = None
+            failed = []
             for label, url, headers in pages:
                 ms, status, queries = _median_ms(client, url, runs, **headers)
-                baseline = baseline or ms
+                verdict = ""
+                if baseline is None:
+                    baseline = ms  # the admin changelist: the floor
+                else:
+                    ok = ms <= baseline and queries <= MAX_QUERIES and status < 400
+                    verdict = "ok" if ok else "OVER"
+                    if not ok:
+                        failed.append(label)
+                load = " ".join(f"{x:.1f}" for x in os.getloadavg())
                 self.stdout.write(
                     f"  {label:<40} {ms:8.1f} ms  ({ms / baseline:4.2f}× changelist)  "
-                    f"{queries:3} queries  [{status}]  (load {os.getloadavg()[0]:.1f})"
+                    f"{queries:3} queries  [{status}] {verdict:<4} (load {load})"
                 )
+            self.stdout.write(
+                f"\n{len(pages) - 1 - len(failed)} of {len(pages) - 1} pages at or under the "
+                f"changelist in at most {MAX_QUERIES} queries"
+                + (f"; over: {', '.join(failed)}" if failed else "")
+            )
+            if failed:
+                raise CommandError(f"pages over the changelist or {MAX_QUERIES} queries: {failed}")
         finally:
             connection.creation.destroy_test_db(old_name, verbosity=0)
             teardown_test_environment()
