@@ -29,7 +29,7 @@ from typing import Any
 from django.db import connection
 from django.utils.dateparse import parse_datetime
 
-from sandboxes.models import ReconcilerPass
+from sandboxes.models import ReconcilerPass, choices
 
 from . import candidates, decide, holds, listing, preservation
 
@@ -41,7 +41,8 @@ PRUNE_AFTER = 2 * RELIST_AFTER
 
 def _rules_version() -> str:
     digest = hashlib.sha256()
-    for module in (candidates, holds, decide, listing, preservation):
+    # The status sets the predicates use live in choices.
+    for module in (candidates, holds, decide, listing, preservation, choices):
         digest.update(Path(str(module.__file__)).read_bytes())
     return digest.hexdigest()[:16]
 
