@@ -260,3 +260,25 @@ def test_a_write_committed_after_the_listing_started_is_noticed():
     after = run_pass()
     assert not after.listing["reused"]
     assert m.HoldCode.EXPORT_PENDING in record_of(lease).holds
+
+
+def test_pruning_keeps_what_a_recent_listing_still_compares_with():
+    """The change log is pruned against a listing older than PRUNE_AFTER; a
+    younger listing still sees every change after it."""
+    lease = done_warm()
+    old = run_pass()
+    m.ReconcilerPass.objects.filter(pk=old.pk).update(
+        started_at=timezone.now() - changes.PRUNE_AFTER - timedelta(minutes=1)
+    )
+    settle()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM console_change")
+        before = cursor.fetchone()[0]
+    changes.prune(timezone.now())  # the same transaction's own rows stay
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM console_change")
+        assert 1 <= cursor.fetchone()[0] <= before
+    assert run_pass().listing["reused"]
+    f.PendingExportFactory(lease=lease)
+    assert not run_pass().listing["reused"]
+    assert m.HoldCode.EXPORT_PENDING in record_of(lease).holds
