@@ -3,7 +3,7 @@ time-based rule came due, the rules are the same code (docs/architecture.md,
 "A pass over an unchanged fleet").
 
 A full listing records where it started (`mark`: the database snapshot and the
-highest change bump it saw, migration 0013), when the first time-based rule it
+highest change bump it saw, migration 0014), when the first time-based rule it
 evaluated comes due (a warm retention ending, a claim expiring), and a hash of
 the rule modules. The next pass in the same scope reuses it only if no write to
 a table the listing reads was committed after that snapshot (or made by its own

@@ -103,7 +103,7 @@ def backwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("sandboxes", "0012_lease_superseded_row_locks")]
+    dependencies = [("sandboxes", "0013_view_console")]
 
     operations = [
         migrations.AddField(
