@@ -18,6 +18,9 @@ from sandboxes.views.common import with_etag as _with_etag
 
 CHART_PASSES = 48
 CHART_W, CHART_H, CHART_PAD, CHART_LEFT, CHART_RIGHT = 640, 200, 30, 46, 58
+CHART_RIGHT_X = CHART_W - CHART_RIGHT  # where "now" is drawn
+CHART_INNER_H = CHART_H - 2 * CHART_PAD
+CHART_BASE = CHART_PAD + CHART_INNER_H  # the y of zero
 RECLAIM_DAYS = 30
 DEFAULT_SCHEDULE_MINUTES = 1
 # Line colours for the per-environment split (enough contrast on white).
@@ -51,40 +54,66 @@ def trend_chart(
     passes = sorted(passes, key=lambda p: p.started_at)
     if not passes:
         return None
-    right = CHART_W - CHART_RIGHT
-    inner_w = right - CHART_LEFT
-    inner_h = CHART_H - 2 * CHART_PAD
-    base = CHART_PAD + inner_h
-    step = inner_w / len(passes)
-    xs = [round(CHART_LEFT + i * step, 1) for i in range(len(passes))] + [right]
+    step = (CHART_RIGHT_X - CHART_LEFT) / len(passes)
+    xs = [round(CHART_LEFT + i * step, 1) for i in range(len(passes))] + [CHART_RIGHT_X]
     stamps = [f"{p.started_at:%Y-%m-%d %H:%M}" for p in passes] + ["now"]
-
-    if split:
-        names = sorted(
-            {name for p in passes for name in (p.counts_by_environment or {})}
-            | set(now_by_env or {})
-        )
-        series = {
-            name: [(p.counts_by_environment or {}).get(name) for p in passes]
-            + [(now_by_env or {}).get(name, 0)]
-            for name in names
-        }
-    else:
-        series = {"all environments": [p.candidates for p in passes] + [now_open]}
+    series = _kept_series(passes, now_open, split=split, now_by_env=now_by_env)
     values = [v for vs in series.values() for v in vs if v is not None]
     top = _nice_top(max([*values, *(p.retired for p in passes), 1]))
+    return {
+        "w": CHART_W,
+        "h": CHART_H,
+        "left": CHART_LEFT,
+        "right": CHART_RIGHT_X,
+        "top_y": CHART_PAD,
+        "base": CHART_BASE,
+        "mid_y": round(CHART_PAD + CHART_INNER_H / 2, 1),
+        "mid_x": round((CHART_LEFT + CHART_RIGHT_X) / 2, 1),
+        "top": top,
+        "lines": _kept_lines(series, xs, stamps, top),
+        "bars": _retired_bars(passes, xs, step, top),
+        "cost": _cost_line([p.cost_per_day for p in passes] + [now_cost], xs, stamps),
+        "first_at": passes[0].started_at,
+        "now_open": now_open,
+        "total_retired": sum(p.retired for p in passes),
+        "count": len(passes),
+        "split": split,
+    }
 
-    def y(value: float, scale: float) -> float:
-        return round(CHART_PAD + inner_h - inner_h * float(value) / scale, 1)
 
+def _y(value: float, scale: float) -> float:
+    """The SVG y of `value` on an axis running from 0 (the base) to `scale` (the top)."""
+    return round(CHART_PAD + CHART_INNER_H - CHART_INNER_H * float(value) / scale, 1)
+
+
+def _kept_series(
+    passes: list[ReconcilerPass], now_open: int, *, split: bool, now_by_env: dict | None
+) -> dict[str, list]:
+    """Kept sandboxes per pass, then now: one series, or one per environment
+    (None where a pass did not count that environment)."""
+    if not split:
+        return {"all environments": [p.candidates for p in passes] + [now_open]}
+    now_by_env = now_by_env or {}
+    names = sorted(
+        {name for p in passes for name in (p.counts_by_environment or {})} | set(now_by_env)
+    )
+    return {
+        name: [(p.counts_by_environment or {}).get(name) for p in passes]
+        + [now_by_env.get(name, 0)]
+        for name in names
+    }
+
+
+def _kept_lines(series: dict[str, list], xs: list, stamps: list, top: float) -> list[dict]:
+    """One polyline with a titled dot per point for each series, in palette order."""
     lines = []
     for i, (name, vs) in enumerate(series.items()):
         points, dots = [], []
         for x, v, stamp in zip(xs, vs, stamps, strict=True):
             if v is None:
                 continue
-            points.append(f"{x},{y(v, top)}")
-            dots.append({"x": x, "y": y(v, top), "title": f"{stamp}: {v} kept ({name})"})
+            points.append(f"{x},{_y(v, top)}")
+            dots.append({"x": x, "y": _y(v, top), "title": f"{stamp}: {v} kept ({name})"})
         lines.append(
             {
                 "name": name,
@@ -93,52 +122,39 @@ def trend_chart(
                 "dots": dots,
             }
         )
+    return lines
+
+
+def _retired_bars(passes: list[ReconcilerPass], xs: list, step: float, top: float) -> list[dict]:
+    """A bar centred on each pass that retired something."""
     bar_w = max(min(step * 0.6, 14), 2)
-    bars = [
+    return [
         {
             "x": round(x - bar_w / 2, 1),
-            "y": y(p.retired, top),
-            "h": round(base - y(p.retired, top), 1),
+            "y": _y(p.retired, top),
+            "h": round(CHART_BASE - _y(p.retired, top), 1),
             "w": round(bar_w, 1),
             "title": f"{p.started_at:%Y-%m-%d %H:%M}: {p.retired} retired",
         }
         for x, p in zip(xs, passes, strict=False)
         if p.retired
     ]
-    costs = [p.cost_per_day for p in passes] + [now_cost]
-    cost_line = None
-    if any(c is not None for c in costs):
-        cost_top = _nice_top(float(max(c for c in costs if c is not None)))
-        pts = [
-            (x, y(c, cost_top), stamp, c)
-            for x, c, stamp in zip(xs, costs, stamps, strict=True)
-            if c is not None
-        ]
-        cost_line = {
-            "points": " ".join(f"{x},{yy}" for x, yy, _, _ in pts),
-            "dots": [
-                {"x": x, "y": yy, "title": f"{s}: {money(c)}/day held"} for x, yy, s, c in pts
-            ],
-            "top": money(Decimal(str(cost_top))),
-        }
+
+
+def _cost_line(costs: list[Decimal | None], xs: list, stamps: list) -> dict | None:
+    """The daily cost held, on its own (right) axis; None when no point knows it."""
+    if all(c is None for c in costs):
+        return None
+    cost_top = _nice_top(float(max(c for c in costs if c is not None)))
+    pts = [
+        (x, _y(c, cost_top), stamp, c)
+        for x, c, stamp in zip(xs, costs, stamps, strict=True)
+        if c is not None
+    ]
     return {
-        "w": CHART_W,
-        "h": CHART_H,
-        "left": CHART_LEFT,
-        "right": right,
-        "top_y": CHART_PAD,
-        "base": base,
-        "mid_y": round(CHART_PAD + inner_h / 2, 1),
-        "mid_x": round((CHART_LEFT + right) / 2, 1),
-        "top": top,
-        "lines": lines,
-        "bars": bars,
-        "cost": cost_line,
-        "first_at": passes[0].started_at,
-        "now_open": now_open,
-        "total_retired": sum(p.retired for p in passes),
-        "count": len(passes),
-        "split": split,
+        "points": " ".join(f"{x},{yy}" for x, yy, _, _ in pts),
+        "dots": [{"x": x, "y": yy, "title": f"{s}: {money(c)}/day held"} for x, yy, s, c in pts],
+        "top": money(Decimal(str(cost_top))),
     }
 
 
@@ -168,13 +184,53 @@ def reconciler_health(now) -> dict:
 
 def _fleet(now) -> dict:
     """Every count and cost the dashboard shows, in one grouped query."""
+    by_stage = dict.fromkeys(Stage.values, 0)
+    by_kind = dict.fromkeys(RetirementKind.values, 0)
+    cost_env: dict[str, dict] = {}
+    cost_kind: dict[str, dict] = {}
+    totals = dict(EMPTY_TOTALS)
+    for row in _fleet_rows(now):
+        by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + row["n"]
+        _add_closed(totals, row)
+        if row["stage"] in STAGES_CLOSED:
+            continue
+        by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["n"]
+        _add_kept(totals, row)
+        _add_cost(cost_env, row["environment__name"], row)
+        _add_cost(cost_kind, row["kind"], row)
+    return {
+        "by_stage": by_stage,
+        "by_kind": by_kind,
+        "totals": totals,
+        "cost_by_env": dict(sorted(cost_env.items())),
+        "cost_by_kind": {k: cost_kind[k] for k in RetirementKind.values if k in cost_kind},
+    }
+
+
+# The dashboard's fleet-wide totals before the first row; None: unknown so far.
+EMPTY_TOTALS: dict = {
+    "attention": 0,
+    "retired_24h": 0,
+    "kept_bytes": None,
+    "sized": 0,
+    "cost": None,
+    "unpriced": 0,
+    "reclaimed": None,
+    "reclaimed_n": 0,
+    "reclaimed_unpriced": 0,
+}
+
+
+def _fleet_rows(now):
+    """Records grouped by stage, kind and environment, with their counts, size
+    and daily cost (held, and reclaimed over the last RECLAIM_DAYS)."""
     since_24h = now - timedelta(hours=24)
     since_30d = now - timedelta(days=RECLAIM_DAYS)
     retired_recent = Q(stage=Stage.RETIRED) & (
         Q(closed_at__gte=since_24h) | Q(closed_at__isnull=True, updated_at__gte=since_24h)
     )
     reclaimed_q = Q(stage=Stage.RETIRED, closed_at__gte=since_30d)
-    rows = (
+    return (
         Retirement.objects.annotate(daily=daily_cost_expression())
         .values("stage", "kind", "environment__name")
         .annotate(
@@ -191,57 +247,36 @@ def _fleet(now) -> dict:
         )
         .order_by()
     )
-    by_stage = dict.fromkeys(Stage.values, 0)
-    by_kind = dict.fromkeys(RetirementKind.values, 0)
-    cost_env: dict[str, dict] = {}
-    cost_kind: dict[str, dict] = {}
-    t = {
-        "attention": 0,
-        "retired_24h": 0,
-        "kept_bytes": None,
-        "sized": 0,
-        "cost": None,
-        "unpriced": 0,
-        "reclaimed": None,
-        "reclaimed_n": 0,
-        "reclaimed_unpriced": 0,
-    }
 
-    def add(bucket: dict, key: str, n: int, cost, priced: int) -> None:
-        entry = bucket.setdefault(key, {"n": 0, "cost": None, "unpriced": 0})
-        entry["n"] += n
-        entry["unpriced"] += n - priced
-        if priced:
-            entry["cost"] = (entry["cost"] or 0) + cost
 
-    for row in rows:
-        stage, n = row["stage"], row["n"]
-        by_stage[stage] = by_stage.get(stage, 0) + n
-        t["retired_24h"] += row["retired_24h"]
-        if row["reclaimed_n"]:
-            t["reclaimed_n"] += row["reclaimed_n"]
-            t["reclaimed_unpriced"] += row["reclaimed_n"] - row["reclaimed_priced"]
-            if row["reclaimed_priced"]:
-                t["reclaimed"] = (t["reclaimed"] or 0) + row["reclaimed"]
-        if stage in STAGES_CLOSED:
-            continue
-        by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + n
-        t["attention"] += row["attention"]
-        t["sized"] += row["sized"]
-        if row["kept_bytes"] is not None:
-            t["kept_bytes"] = (t["kept_bytes"] or 0) + row["kept_bytes"]
-        t["unpriced"] += n - row["priced"]
-        if row["priced"]:
-            t["cost"] = (t["cost"] or 0) + row["cost"]
-        add(cost_env, row["environment__name"], n, row["cost"], row["priced"])
-        add(cost_kind, row["kind"], n, row["cost"], row["priced"])
-    return {
-        "by_stage": by_stage,
-        "by_kind": by_kind,
-        "totals": t,
-        "cost_by_env": dict(sorted(cost_env.items())),
-        "cost_by_kind": {k: cost_kind[k] for k in RetirementKind.values if k in cost_kind},
-    }
+def _add_closed(totals: dict, row: dict) -> None:
+    """What a row retired: in the last 24 hours, and reclaimed (with its cost)."""
+    totals["retired_24h"] += row["retired_24h"]
+    if row["reclaimed_n"]:
+        totals["reclaimed_n"] += row["reclaimed_n"]
+        totals["reclaimed_unpriced"] += row["reclaimed_n"] - row["reclaimed_priced"]
+        if row["reclaimed_priced"]:
+            totals["reclaimed"] = (totals["reclaimed"] or 0) + row["reclaimed"]
+
+
+def _add_kept(totals: dict, row: dict) -> None:
+    """What an open row keeps: attention, size (where known) and cost (where priced)."""
+    totals["attention"] += row["attention"]
+    totals["sized"] += row["sized"]
+    if row["kept_bytes"] is not None:
+        totals["kept_bytes"] = (totals["kept_bytes"] or 0) + row["kept_bytes"]
+    totals["unpriced"] += row["n"] - row["priced"]
+    if row["priced"]:
+        totals["cost"] = (totals["cost"] or 0) + row["cost"]
+
+
+def _add_cost(bucket: dict[str, dict], key: str, row: dict) -> None:
+    """An open row's count and cost into its bucket (by environment or kind)."""
+    entry = bucket.setdefault(key, {"n": 0, "cost": None, "unpriced": 0})
+    entry["n"] += row["n"]
+    entry["unpriced"] += row["n"] - row["priced"]
+    if row["priced"]:
+        entry["cost"] = (entry["cost"] or 0) + row["cost"]
 
 
 def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
