@@ -17,7 +17,6 @@ from django.utils import timezone
 from sandboxes import audit
 from sandboxes.models import ApiToken, Environment, Receipt, Retirement
 from sandboxes.models.choices import (
-    STAGES_CLOSED,
     HoldCode,
     ReceiptKind,
     RetirementMode,
@@ -108,7 +107,7 @@ def _locked(retirement_id) -> Retirement:
 
 
 def _require_open(r: Retirement) -> None:
-    if r.stage in STAGES_CLOSED:
+    if not r.is_open:
         raise ActionRefused(f"This retirement is closed ({r.stage}); nothing is left to do.")
 
 

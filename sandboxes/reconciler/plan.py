@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from sandboxes import audit
 from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
-from sandboxes.models.choices import STAGES_CLOSED, ReceiptKind, Stage
+from sandboxes.models.choices import ReceiptKind, Stage
 from sandboxes.notifications import events as notify
 from sandboxes.proof import Proof, fingerprint_of, proof_from_receipts, proof_key, void_reason
 
@@ -114,7 +114,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
     Returns None when the record now waits or is closed."""
     now = timezone.now()
     with fenced(retirement_id, attempt_id) as r:
-        if r.stage in STAGES_CLOSED:
+        if not r.is_open:
             return None
         env = r.environment
         cand = judge_lease_locked(r.lease_id)

@@ -158,11 +158,7 @@ def _as_record(rec: dict[str, Any]) -> Retirement:
 def _load(env: Environment) -> Loaded:
     """The reads (a fixed number of queries): open records, candidates, the
     re-judged leases of records without a current candidate, and receipts."""
-    records = list(
-        Retirement.objects.filter(environment=env)
-        .exclude(stage__in=STAGES_CLOSED)
-        .values(*RECORD_FIELDS)
-    )
+    records = list(Retirement.objects.filter(environment=env).open().values(*RECORD_FIELDS))
     # resume_failed is proved by its replacement: a re-read of its lease's
     # workspace (sandboxes.proof.replacement_proof), loaded here in one query.
     replaced = [r["lease_id"] for r in records if r["kind"] == RetirementKind.RESUME_FAILED]
