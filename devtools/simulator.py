@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import httpx
@@ -458,14 +459,14 @@ class Simulator:
                 out.append(sb)
         return out
 
-    def list(self, query: dict[str, list[str]]) -> object:
+    def list_sandboxes(self, query: dict[str, list[str]]) -> object:
         """GET /sandbox: `ListSandboxesResponse` {items: SandboxListItem[], nextCursor}."""
         matches = self._visible(query)
         if self.config.list_shape == "array":
             return [sb.as_list_item(self.base_url) for sb in matches]
         try:
             offset = int((query.get("cursor") or ["0"])[-1] or 0)
-            size = int((query.get("limit") or [self.config.page_size])[-1])
+            size = int((query.get("limit") or [str(self.config.page_size)])[-1])
         except ValueError:
             raise refusal(400, "Invalid cursor or limit") from None
         size = max(1, size)
@@ -759,7 +760,7 @@ class Handler(BaseHTTPRequestHandler):
 
     @property
     def sim(self) -> Simulator:
-        return self.server.sim
+        return cast(_Server, self.server).sim
 
     def do_GET(self):
         self._handle("GET")
@@ -840,7 +841,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         operation, sandbox_id = self._classify(method, path)
         sim = self.sim
-        entry = {
+        entry: dict[str, Any] = {
             "at": _now_iso(),
             "method": method,
             "path": path,
@@ -909,7 +910,7 @@ class Handler(BaseHTTPRequestHandler):
         ):
             with sim.lock:
                 if operation == "list" and method == "GET":
-                    body = sim.list(multi)
+                    body = sim.list_sandboxes(multi)
                 elif operation == "list_paginated":
                     body = sim.list_paginated(multi)
                 elif operation == "create" and method == "POST":
@@ -1108,6 +1109,7 @@ class Handler(BaseHTTPRequestHandler):
     def _control(self, method: str, path: str, query: dict, raw: bytes):
         sim = self.sim
         body = self._json_body(raw)
+        answer: object
         with sim.lock:
             if path == "/_sim/faults" and method == "GET":
                 answer = {"global": dataclasses.asdict(sim.config), "script": sim.script}
@@ -1148,6 +1150,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    sim: Simulator
     daemon_threads = True
     block_on_close = False
     request_queue_size = 256
@@ -1168,7 +1171,7 @@ class SimulatorServer:
         self.sim = Simulator(seed=seed, config=config, api_key=api_key)
         self._httpd = _Server((host, port), Handler)
         self._httpd.sim = self.sim
-        host, port = self._httpd.server_address[:2]
+        host, port = cast(tuple[str, int], self._httpd.server_address[:2])  # AF_INET
         self.url = f"http://{host}:{port}"
         self.sim.base_url = self.url
         self._thread: threading.Thread | None = None
@@ -1209,7 +1212,7 @@ class SimulatorControl:
     def __init__(self, url: str):
         self.url = url.rstrip("/")
 
-    def _post(self, path: str, body: dict) -> object:
+    def _post(self, path: str, body: dict) -> Any:
         response = httpx.post(f"{self.url}{path}", json=body, timeout=60)
         response.raise_for_status()
         return response.json()
@@ -1299,6 +1302,7 @@ class SimulatorProcess:
             stdout=subprocess.PIPE,
             text=True,
         )
+        assert self.process.stdout is not None  # stdout=PIPE
         line = self.process.stdout.readline()
         if "listening on" not in line:
             self.process.kill()
