@@ -71,9 +71,9 @@ _REFERENCES: dict[str, Mirrored] = {
     "action_id": RecoveryAction,
 }
 # The same, per event schema: only the fields it has.
-_REFERENCES_OF: dict[type[s.Data], tuple[tuple[str, Mirrored], ...]] = {
-    schema: tuple((f, m) for f, m in _REFERENCES.items() if f in schema.model_fields)
-    for schema in s.EVENT_TYPES.values()
+_REFERENCES_OF: dict[type, tuple[tuple[str, Mirrored], ...]] = {
+    fast: tuple((f, m) for f, m in _REFERENCES.items() if f in schema.model_fields)
+    for fast, schema in s.SCHEMA_OF.items()
 }
 
 # Columns read for each row a batch names: what the fold needs to decide, and

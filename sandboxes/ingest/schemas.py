@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Union, get_args
 from uuid import UUID
 
 from django.utils import timezone
@@ -18,8 +18,10 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictInt,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -493,3 +495,139 @@ def validate_batch(
             continue
         events.append(Event(index, envelope.id, envelope.type, envelope.occurred_at, data))
     return events, errors
+
+
+# --- The fast path: a whole batch in one pydantic call, straight from the bytes.
+#
+# Every object of the body must land in a typed field (`extra="forbid"`, no NaN
+# or infinity) or in a free-form value checked here afterwards, so a body the
+# fast path accepts is one `decode_json` + `validate_batch` accept with the same
+# values. Anything it refuses is validated again by `validate_batch`, whose
+# error messages are the contract: the fast path only ever answers "accepted".
+# Its rules may be stricter (a lease's remoteCwd is checked as a driven
+# provider's; a NaN or a deep value anywhere refuses), never looser.
+
+_FAST = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _forbidding(schema: type[BaseModel], **fields: Any) -> type[BaseModel]:
+    """`schema` refusing unknown keys, with some fields' types replaced."""
+    namespace: dict[str, Any] = {
+        "model_config": _FAST,
+        "__module__": __name__,
+        "__qualname__": f"Fast{schema.__name__}",
+        "__annotations__": {name: hint for name, (hint, _) in fields.items()},
+    }
+    namespace.update({name: default for name, (_, default) in fields.items()})
+    return type(f"Fast{schema.__name__}", (schema,), namespace)
+
+
+_FastManifestEntry: Any = _forbidding(ManifestEntry)
+_FAST_TYPES: dict[str, type[BaseModel]] = {
+    type_: _forbidding(schema) for type_, schema in EVENT_TYPES.items()
+}
+_FAST_TYPES["workspace.upserted"] = _forbidding(
+    WorkspaceUpserted,
+    saved_manifest=(
+        dict[Annotated[str, Field(min_length=1, max_length=1000)], _FastManifestEntry] | None,
+        None,
+    ),
+)
+# What each fast schema stands for (apply looks schemas up by type).
+SCHEMA_OF: dict[type, type[Data]] = {
+    **{schema: schema for schema in EVENT_TYPES.values()},
+    **{_FAST_TYPES[t]: EVENT_TYPES[t] for t in EVENT_TYPES},
+}
+
+
+def _envelope(type_: str) -> type[BaseModel]:
+    return type(
+        f"Fast{EVENT_TYPES[type_].__name__}Event",
+        (BaseModel,),
+        {
+            "model_config": _FAST,
+            "__module__": __name__,
+            "__annotations__": {
+                "id": Envelope.model_fields["id"].rebuild_annotation(),
+                "type": Literal.__getitem__(type_),
+                "occurred_at": Timestamp,
+                "data": _FAST_TYPES[type_],
+            },
+        },
+    )
+
+
+# One event, its schema picked by its type (a tagged union: one schema tried).
+_FastEvent: Any = Annotated[
+    Union.__getitem__(tuple(_envelope(t) for t in EVENT_TYPES)),
+    Field(discriminator="type"),
+]
+_FAST_BODY: TypeAdapter[Any] = TypeAdapter(
+    create_model("FastBody", __config__=_FAST, events=(list[_FastEvent], ...))
+)
+_FAST_EVENT: TypeAdapter[Any] = TypeAdapter(_FastEvent)
+# A free-form value sits this deep in the body (body, events, event, data, field).
+_FREE_DEPTH = MAX_JSON_DEPTH - 5
+
+
+def _plain(value: Any) -> bool:
+    """A free-form value `decode_json` would have accepted where it sits."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return too_deep(value, _FREE_DEPTH) is None
+
+
+def _fast_events(parsed: list[Any], now: datetime | None) -> list[Event] | None:
+    latest = (now or timezone.now()) + MAX_CLOCK_SKEW
+    events = []
+    for index, envelope in enumerate(parsed):
+        if envelope.occurred_at > latest:
+            return None
+        data = envelope.data
+        fields = data.__dict__
+        free = fields.get("evidence")
+        metadata = fields.get("metadata")
+        if free is not None and not _plain(free):
+            return None
+        if metadata is not None and metadata.model_extra and not _plain(metadata.model_extra):
+            return None
+        events.append(Event(index, envelope.id, envelope.type, envelope.occurred_at, data))
+    return events
+
+
+def fast_validate_body(
+    raw: bytes | str, *, max_events: int, now: datetime | None = None
+) -> list[Event] | None:
+    """A whole request body validated in one call: its events, or None when
+    anything is amiss (the caller then runs `decode_json` + `validate_batch`
+    for the answer)."""
+    if may_hold_unstorable_text(raw):
+        return None
+    try:
+        body = _FAST_BODY.validate_json(raw)
+    except ValidationError:
+        return None
+    if len(body.events) > max_events:
+        return None
+    return _fast_events(body.events, now)
+
+
+def fast_validate_lines(lines: list[str], *, now: datetime | None = None) -> list[Event] | None:
+    """The same for JSON lines, one event each (each line on its own: joined,
+    two bad lines could make one good event)."""
+    parsed = []
+    for line in lines:
+        if may_hold_unstorable_text(line):
+            return None
+        try:
+            parsed.append(_FAST_EVENT.validate_json(line))
+        except ValidationError:
+            return None
+    return _fast_events(parsed, now)
