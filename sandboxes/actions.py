@@ -1,5 +1,5 @@
 """Operator actions on kept sandboxes, environments and tokens: one function each,
-shared by the console's buttons and the read-and-act API (DOMAIN §4.2, §5).
+shared by the console's buttons and the read-and-act API (docs/architecture.md, operator actions).
 
 Every action checks its permission, locks the row, re-reads it, changes it and
 writes exactly one audit row with the before and after, all in one transaction.
@@ -7,7 +7,6 @@ The reconciler does the provider work; an action only records a decision and
 makes the retirement due now.
 """
 
-import uuid
 from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -15,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sandboxes import audit
-from sandboxes.models import ApiToken, Environment, Receipt, Retirement
+from sandboxes.models import ApiToken, Environment, Retirement
 from sandboxes.models.choices import (
     HoldCode,
     ReceiptKind,
@@ -24,6 +23,7 @@ from sandboxes.models.choices import (
     TokenScope,
 )
 from sandboxes.proof import fingerprint_of, has_approval, proof_for, proof_key
+from sandboxes.receipts import write_receipt
 from sandboxes.reconciler.holds import blocking_holds, explanation
 
 MAX_BULK_APPROVE = 50
@@ -115,20 +115,6 @@ def _save(r: Retirement, *fields: str) -> None:
     r.save(update_fields=[*fields, "updated_at"])
 
 
-def _receipt(r: Retirement, kind: str, payload: dict, label: str, now) -> Receipt:
-    return Receipt.objects.create(
-        kind=kind,
-        lease_id=r.lease_id,
-        run_id=r.lease.heartbeat_run_id,
-        retirement=r,
-        provider_lease_id=r.provider_lease_id,
-        confirmed_at=now,
-        request_id=uuid.uuid4().hex,
-        payload=payload,
-        actor=label,
-    )
-
-
 @transaction.atomic
 def approve(retirement_id, *, actor, reason: str) -> Retirement:
     """Approve a manual retirement; refused unless it awaits approval and the proof exists."""
@@ -157,7 +143,7 @@ def approve(retirement_id, *, actor, reason: str) -> Retirement:
         "proof_receipt_id": proof_key(proof),
         "fingerprint": proof.fingerprint,
     }
-    receipt = _receipt(r, ReceiptKind.APPROVAL, payload, label, now)
+    receipt = write_receipt(r, ReceiptKind.APPROVAL, payload=payload, actor=label, at=now)
     r.next_attempt_at = now
     _save(r, "next_attempt_at")
     audit.record(
@@ -172,7 +158,7 @@ def approve(retirement_id, *, actor, reason: str) -> Retirement:
 
 
 def _require_not_held(r: Retirement) -> None:
-    """A retry cannot move a held record: every hold blocks every step (DOMAIN §2.2)
+    """A retry cannot move a held record: every hold blocks every step (docs/rules.md, holds)
     until it clears, and the reconciler re-checks holds on every pass by itself."""
     held = blocking_holds(list(r.holds or []), r.kind)
     if not held and r.stage != Stage.HELD:
@@ -289,18 +275,18 @@ def attest(retirement_id, *, actor, typed_sandbox_id: str, reason: str) -> Retir
     now = timezone.now()
     before = snapshot(r)
     label = actor_label(actor)
-    receipt = _receipt(
+    receipt = write_receipt(
         r,
         ReceiptKind.OPERATOR_ATTESTED,
         # Bound to what the sandbox is now: a resumed lease voids the attestation.
-        {
+        payload={
             "typed_sandbox_id": typed,
             "reason": reason,
             "user": label,
             "fingerprint": fingerprint_of(r),
         },
-        label,
-        now,
+        actor=label,
+        at=now,
     )
     r.next_attempt_at = now
     _save(r, "next_attempt_at")

@@ -1,4 +1,4 @@
-"""The proof rule (DOMAIN §2.3): the one place that decides whether a sandbox
+"""The proof rule (docs/rules.md, proof): the one place that decides whether a sandbox
 may be destroyed. Every destroy, and every approval, asks it.
 
 Proof is one of, for this retirement and exactly this sandbox:
@@ -165,7 +165,7 @@ def proof_key(proof: Proof | None) -> str:
 
 
 def replacement_proof(retirement: Retirement, fingerprint: dict | None = None) -> Proof:
-    """`resume_failed` only (DOMAIN §2.1, seed 004): Paperclip checked the proof
+    """`resume_failed` only (docs/rules.md, candidate kinds; seed 004): Paperclip checked the proof
     when it replaced the sandbox (clean workspace, committed save, verified
     backup). The console re-checks that the workspace is still saved - a
     committed save (with its final checkpoint) - and that no writer holds it;
@@ -286,7 +286,7 @@ def approval_for(proof: Proof, approval: Receipt) -> bool:
 def has_approval(
     retirement: Retirement, proof: Proof, receipts: list[Receipt] | None = None
 ) -> bool:
-    """Whether an approval was given for exactly this proof (DOMAIN §2.3: an
+    """Whether an approval was given for exactly this proof (docs/rules.md, proof: an
     approval is bound to the proof it approved)."""
     if receipts is None:
         receipts = list(Receipt.objects.filter(retirement=retirement, kind=ReceiptKind.APPROVAL))
