@@ -37,6 +37,8 @@ def rfc3339(at: When) -> str:
     """A time as Paperclip sends it: RFC 3339 in UTC, `Z` for the offset."""
     if isinstance(at, str):
         return at
+    if at.tzinfo is None:
+        raise ValueError(f"{at!r} has no time zone: Paperclip's times always carry one")
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 

@@ -4,6 +4,8 @@ chaos fleet and the tests build from it validates."""
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
+
 from devtools import demo
 from devtools.chaos.fleet import build_fleet, case_events
 from devtools.events import EPOCH, Events, graph, manifest, rfc3339, uid
@@ -59,6 +61,8 @@ def test_times_are_rfc3339_in_utc_and_ids_follow_the_builders_rule():
     assert first["data"]["started_at"] == "2026-11-01T00:00:00Z"
     assert second["id"] == "issue.upserted/1"
     assert rfc3339("2026-11-01T00:00:00+00:00") == "2026-11-01T00:00:00+00:00"  # sent as given
+    with pytest.raises(ValueError, match="no time zone"):
+        rfc3339(datetime(2026, 11, 1))
 
 
 def test_the_tests_graph_validates():

@@ -10,6 +10,7 @@ packages/db/src/schema/environment_leases.ts), which is the source time here.
 
 import pytest
 
+from devtools.events import Events
 from sandboxes import models as m
 from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.mirror.sync import mirror_once
@@ -30,12 +31,9 @@ def set_updated_at(paperclip, table, pk, when):
 
 
 def released(lease_id, when, status, disposition="keep_running"):
-    return {
-        "id": f"rel-{lease_id}-{when.timestamp()}",
-        "type": "lease.released",
-        "occurred_at": when.isoformat(),
-        "data": {"lease_id": str(lease_id), "disposition": disposition, "status": status},
-    }
+    return Events().released(
+        str(lease_id), disposition, status=status, id=f"rel-{lease_id}-{when.timestamp()}", at=when
+    )
 
 
 def test_the_mirror_records_the_source_time_of_each_row(paperclip):

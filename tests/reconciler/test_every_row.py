@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import pytest
 
+from devtools.events import Events
 from sandboxes import models as m
 from tests import factories as f
 
@@ -61,17 +62,14 @@ def test_a_sandbox_with_an_undated_row_is_listed_and_held_unknown_age(warm, loca
 
 def test_a_lease_of_a_provider_the_console_cannot_drive_is_listed_and_held(world):
     env = world.story().env  # a daytona environment; this one is e2b
-    e2b = {
-        "id": "env-e2b",
-        "type": "environment.upserted",
-        "occurred_at": (ago(days=1)).isoformat(),
-        "data": {
-            "environment_id": "6a0e7f8c-1d2e-4f00-9a00-00000000e2b0",
-            "name": "e2b",
-            "provider": "e2b",
-            "retirement_mode": "auto",
-        },
-    }
+    e2b = Events().environment(
+        "6a0e7f8c-1d2e-4f00-9a00-00000000e2b0",
+        "e2b",
+        "e2b",
+        retirement_mode="auto",
+        id="env-e2b",
+        at=ago(days=1),
+    )
     assert env
     world.load([e2b])
     story = world.story(state="started")

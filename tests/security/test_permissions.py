@@ -7,6 +7,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from devtools.events import EPOCH, Events
 from sandboxes.models import ApiToken, AuditEvent
 from tests.factories import AttachmentFactory
 
@@ -196,16 +197,9 @@ def test_an_operator_token_cannot_ingest(operator_token, world):
     before = snapshot()
     body = {
         "events": [
-            {
-                "id": "e1",
-                "type": "environment.upserted",
-                "occurred_at": "2026-11-01T00:00:00Z",
-                "data": {
-                    "environment_id": "6f1c1f4e-0000-4000-8000-000000000001",
-                    "name": "evil",
-                    "provider": "local",
-                },
-            }
+            Events().environment(
+                "6f1c1f4e-0000-4000-8000-000000000001", "evil", "local", id="e1", at=EPOCH
+            )
         ]
     }
     response = client_for().post(
