@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from django.db import connection, transaction
 from django.db.models import (
@@ -24,9 +24,12 @@ from django.db.models import (
     CharField,
     Exists,
     F,
+    IntegerField,
+    Max,
     OuterRef,
     Q,
     QuerySet,
+    Subquery,
     Value,
     When,
 )
@@ -89,19 +92,39 @@ def _newer_row():
     )
 
 
-def _resumable_row():
-    """Another row on the same sandbox that its task can still resume: released or
-    retained, the task bound to that row's workspace and not done. Checked over
-    every row, not only the newest: clocks skew (DOMAIN §2.2)."""
-    return (
+# What a sandbox's other rows say, read in one probe of them (`other_rows`, a
+# bit each; NULL if there is none).
+RESUMABLE_ELSEWHERE, UNDATED_ROW, SANDBOX_SHARED = 1, 2, 4
+
+
+def _other_rows():
+    """The sandbox's other rows, one index probe for three hold facts:
+    - RESUMABLE_ELSEWHERE: one its task can still resume (released or retained,
+      the task bound to that row's workspace and not done). Checked over every
+      row, not only the newest: clocks skew (DOMAIN §2.2);
+    - UNDATED_ROW: one with no acquired_at (the rows cannot be ordered);
+    - SANDBOX_SHARED: one in a sharing status."""
+    resumable = Q(
+        status__in=(LeaseStatus.RELEASED, LeaseStatus.RETAINED),
+        execution_workspace_id__isnull=False,
+        issue__bound_workspace_id=F("execution_workspace_id"),
+    ) & ~Q(issue__status__in=ISSUE_CLOSED)
+
+    def bit(condition: Q, value: int) -> Max:
+        return Max(Case(When(condition, then=Value(value)), default=Value(0)))
+
+    rows = (
         _same_sandbox()
-        .filter(
-            status__in=(LeaseStatus.RELEASED, LeaseStatus.RETAINED),
-            execution_workspace_id__isnull=False,
-            issue__bound_workspace_id=F("execution_workspace_id"),
+        .order_by()
+        .values("provider")
+        .annotate(
+            resumable=bit(resumable, RESUMABLE_ELSEWHERE),
+            undated=bit(Q(acquired_at__isnull=True), UNDATED_ROW),
+            shared=bit(Q(status__in=SHARING_STATUSES), SANDBOX_SHARED),
         )
-        .exclude(issue__status__in=ISSUE_CLOSED)
+        .values(bits=F("resumable") + F("undated") + F("shared"))
     )
+    return Subquery(rows, output_field=IntegerField())
 
 
 def _stop_receipt():
@@ -132,9 +155,7 @@ def _facts_annotations() -> dict:
         ),
         "has_stop_receipt": Exists(_stop_receipt()),
         "newer_lease": Exists(_newer_row()),
-        "resumable_elsewhere": Exists(_resumable_row()),
-        "undated_row": Exists(_same_sandbox().filter(acquired_at__isnull=True)),
-        "sandbox_shared": Exists(_same_sandbox().filter(status__in=SHARING_STATUSES)),
+        "other_rows": _other_rows(),
         "issue_run_live": Exists(
             HeartbeatRun.objects.filter(issue=OuterRef("issue_id"), status__in=RUN_LIVE)
         ),
@@ -218,9 +239,8 @@ GRAPH_COMPLETE = (
     & (Q(heartbeat_run_id__isnull=True) | Q(heartbeat_run__placeholder=False))
 )
 
-# The columns a listing reads, in LeaseFacts' field order, then the Candidate's
-# own: rows come back as tuples (values_list), so building a candidate costs no
-# dict per row.
+# The columns a listing reads, in the order _to_candidate unpacks them: rows
+# come back as tuples (values_list), so building a candidate costs no dict per row.
 FACT_FIELDS = (
     "id",
     "status",
@@ -236,30 +256,15 @@ FACT_FIELDS = (
     "recovery_open_lease",
     "export_pending",
     "intent_pending",
-    "sandbox_shared",
     "newer_lease",
     "has_stop_receipt",
-    "resumable_elsewhere",
-    "undated_row",
+    "other_rows",
     "provider",
     "provider_lease_id",
     "environment_id",
     "environment__retirement_mode",
     "kind",
 )
-_FACTS = len(fields(LeaseFacts))
-# The column each LeaseFacts field is read from where the names differ.
-_COLUMN_OF = {
-    "lease_id": "id",
-    "warm_retention": "environment__warm_retention",
-    "issue_status": "issue__status",
-    "run_status": "heartbeat_run__status",
-    "writer_run_id": "execution_workspace__writer_run_id",
-    "save_state": "execution_workspace__save_state",
-    "recovery_open": "recovery_open_lease",
-}
-if FACT_FIELDS[:_FACTS] != tuple(_COLUMN_OF.get(f.name, f.name) for f in fields(LeaseFacts)):
-    raise ImportError("FACT_FIELDS must list LeaseFacts' columns in its field order")
 
 
 def annotated_leases() -> QuerySet:
@@ -296,10 +301,54 @@ class Candidate:
 
 def _to_candidate(row: tuple) -> Candidate:
     """A candidate from one FACT_FIELDS row (LISTED_FIELDS for a listed row)."""
-    sandbox, environment_id, mode, kind = row[_FACTS:]
-    return Candidate(
-        row[0], row[_FACTS - 1], sandbox, environment_id, mode, kind, LeaseFacts(*row[:_FACTS])
+    (
+        lease_id,
+        status,
+        acquired_at,
+        released_at,
+        warm_retention,
+        issue_status,
+        bound_here,
+        run_status,
+        writer_run_id,
+        save_state,
+        issue_run_live,
+        recovery_open,
+        export_pending,
+        intent_pending,
+        newer_lease,
+        has_stop_receipt,
+        other_rows,
+        provider,
+        sandbox,
+        environment_id,
+        mode,
+        kind,
+    ) = row
+    other_rows = other_rows or 0
+    facts = LeaseFacts(
+        lease_id,
+        status,
+        acquired_at,
+        released_at,
+        warm_retention,
+        issue_status,
+        bound_here,
+        run_status,
+        writer_run_id,
+        save_state,
+        issue_run_live,
+        recovery_open,
+        export_pending,
+        intent_pending,
+        sandbox_shared=bool(other_rows & SANDBOX_SHARED),
+        newer_lease=newer_lease,
+        has_stop_receipt=has_stop_receipt,
+        resumable_elsewhere=bool(other_rows & RESUMABLE_ELSEWHERE),
+        undated_row=bool(other_rows & UNDATED_ROW),
+        provider=provider,
     )
+    return Candidate(lease_id, provider, sandbox, environment_id, mode, kind, facts)
 
 
 @contextmanager
