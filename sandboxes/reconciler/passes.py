@@ -146,6 +146,23 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
     if provider_for is not None:
         w.provider_for = provider_for
     errors: list = []
+    _list_step(record, env_id, started, errors)
+    _refresh_sizes(w, env_id, started)
+    worked = _work_due(env_id, w, errors, progress, progress_every)
+    record = _db_retry(lambda: _finish(record, env_id, started, w, errors), "finishing the pass")
+    log.info(
+        "pass finished: %s worked, %s advanced, %s retired, %s failed, %s errors",
+        worked,
+        w.advanced,
+        w.retired,
+        w.failed,
+        len(record.errors),
+    )
+    return record
+
+
+def _list_step(record: ReconcilerPass, env_id, started, errors: list) -> None:
+    """The listing (or its reuse); a failure is recorded and the pass goes on."""
     try:
         _listing(record, env_id, started)
     except claims.DB_LOST as exc:
@@ -158,6 +175,8 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
         log.exception("listing failed")
         errors.append({"step": "listing", "error": f"{type(exc).__name__}: {exc}"[:500]})
 
+
+def _refresh_sizes(w: Worker, env_id, started) -> None:
     try:
         # Reads only (every mode): the sizes what each kept sandbox costs is priced by.
         sizes.refresh_sizes(w, env_id, now=started)
@@ -165,6 +184,10 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
         log.warning("sizes: database connection lost: %s", exc)
         claims.reset_connection()
 
+
+def _work_due(env_id, w: Worker, errors: list, progress, progress_every) -> int:
+    """Claim and advance due records one at a time until none is left (or the
+    database keeps dropping); returns how many records were worked."""
     seen: set = set()
     db_errors = 0  # consecutive
     last_progress = time.monotonic()
@@ -181,64 +204,63 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
         if claim is None:
             break
         seen.add(claim.retirement_id)
-        with log_context(lease_id=claim.lease_id, attempt_id=claim.attempt_id):
-            try:
-                machine.advance(claim.retirement_id, claim.attempt_id, w)
-                db_errors = 0
-            except claims.DB_LOST as exc:
-                db_errors += 1
-                log.warning("record %s: database connection lost: %s", claim.retirement_id, exc)
-                errors.append(
-                    {"retirement": str(claim.retirement_id), "error": f"database lost: {exc}"[:500]}
-                )
-                claims.reset_connection()
-                _release(claim)
-            except Exception as exc:
-                log.exception("advancing %s failed", claim.retirement_id)
-                errors.append({"retirement": str(claim.retirement_id), "error": str(exc)[:500]})
-                _release(claim)
+        db_errors = _advance(claim, w, errors, db_errors)
         if progress and time.monotonic() - last_progress >= progress_every:
             last_progress = time.monotonic()
             progress(f"… {len(seen)} records worked, {w.retired} retired, {w.failed} failed")
     if db_errors >= MAX_DB_ERRORS:
         log.warning("pass stops claiming after %s database errors in a row", db_errors)
+    return len(seen)
 
-    def finish() -> ReconcilerPass:
-        scope = Q() if env_id is None else Q(environment_id=env_id)
-        rows = (
-            Retirement.objects.filter(scope)
-            .filter(~Q(stage__in=STAGES_CLOSED) | Q(closed_at__gte=started))
-            .values("kind", "stage")
-            .annotate(n=Count("id"))
-        )
-        by_kind: dict[str, int] = {}
-        by_stage: dict[str, int] = {}
-        for row in rows:
-            by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["n"]
-            by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + row["n"]
-        record.counts_by_kind = by_kind
-        record.counts_by_stage = by_stage
-        fleet = fleet_costs(scope)
-        record.counts_by_environment = fleet["by_environment"]
-        record.cost_per_day = fleet["cost_per_day"]
-        record.cost_unknown = fleet["unknown"]
-        record.advanced = w.advanced
-        record.retired = w.retired
-        record.failed = w.failed
-        record.errors = (errors + w.errors)[:200]
-        record.finished_at = timezone.now()
-        record.save()
-        return record
 
-    record = _db_retry(finish, "finishing the pass")
-    log.info(
-        "pass finished: %s worked, %s advanced, %s retired, %s failed, %s errors",
-        len(seen),
-        w.advanced,
-        w.retired,
-        w.failed,
-        len(record.errors),
+def _advance(claim: claims.Claim, w: Worker, errors: list, db_errors: int) -> int:
+    """Advance one claimed record; returns the new count of consecutive
+    dropped-connection errors (0 after a success, unchanged after another error)."""
+    with log_context(lease_id=claim.lease_id, attempt_id=claim.attempt_id):
+        try:
+            machine.advance(claim.retirement_id, claim.attempt_id, w)
+            return 0
+        except claims.DB_LOST as exc:
+            log.warning("record %s: database connection lost: %s", claim.retirement_id, exc)
+            errors.append(
+                {"retirement": str(claim.retirement_id), "error": f"database lost: {exc}"[:500]}
+            )
+            claims.reset_connection()
+            _release(claim)
+            return db_errors + 1
+        except Exception as exc:
+            log.exception("advancing %s failed", claim.retirement_id)
+            errors.append({"retirement": str(claim.retirement_id), "error": str(exc)[:500]})
+            _release(claim)
+            return db_errors
+
+
+def _finish(record: ReconcilerPass, env_id, started, w: Worker, errors: list) -> ReconcilerPass:
+    """Record the pass: counts by kind/stage, fleet costs, the worker's totals."""
+    scope = Q() if env_id is None else Q(environment_id=env_id)
+    rows = (
+        Retirement.objects.filter(scope)
+        .filter(~Q(stage__in=STAGES_CLOSED) | Q(closed_at__gte=started))
+        .values("kind", "stage")
+        .annotate(n=Count("id"))
     )
+    by_kind: dict[str, int] = {}
+    by_stage: dict[str, int] = {}
+    for row in rows:
+        by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["n"]
+        by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + row["n"]
+    record.counts_by_kind = by_kind
+    record.counts_by_stage = by_stage
+    fleet = fleet_costs(scope)
+    record.counts_by_environment = fleet["by_environment"]
+    record.cost_per_day = fleet["cost_per_day"]
+    record.cost_unknown = fleet["unknown"]
+    record.advanced = w.advanced
+    record.retired = w.retired
+    record.failed = w.failed
+    record.errors = (errors + w.errors)[:200]
+    record.finished_at = timezone.now()
+    record.save()
     return record
 
 
