@@ -195,30 +195,54 @@ def proof_from_receipts(
     if retirement.kind == RetirementKind.RESUME_FAILED:
         # Proved by its replacement (seed 004): a re-read of the workspace.
         return replacement_proof(retirement, fingerprint)
-    mine = [
+    mine = _own_receipts(retirement, receipts)
+    binding = _Binding(fingerprint)
+    attested = _by_attestation(retirement, mine, binding)
+    if attested is not None:
+        return attested
+    return _by_compare(mine, binding)
+
+
+class _Binding:
+    """Checks receipts against the sandbox as it is now and remembers the last
+    one it voided: a refusal names that void rather than its own reason."""
+
+    def __init__(self, fingerprint: dict | None) -> None:
+        self.fingerprint = fingerprint
+        self.voided: list[tuple[str, Receipt]] = []
+
+    def bound(self, receipt: Receipt, what: str) -> bool:
+        if self.fingerprint is None:
+            return True
+        why = void_reason(receipt.payload.get("fingerprint"), self.fingerprint, what)
+        if why:
+            self.voided.append((why, receipt))
+        return not why
+
+    def no(self, reason: str) -> Proof:
+        why, receipt = self.voided[-1] if self.voided else ("", None)
+        return Proof(
+            False, why or reason, fingerprint=self.fingerprint, void=why, void_receipt=receipt
+        )
+
+    def yes(self, reason: str, receipt: Receipt) -> Proof:
+        return Proof(True, reason, receipt, fingerprint=self.fingerprint)
+
+
+def _own_receipts(retirement: Retirement, receipts: list[Receipt]) -> list[Receipt]:
+    """The receipts of this retirement and exactly this sandbox and lease."""
+    return [
         r
         for r in receipts
         if r.retirement_id == retirement.pk
         and r.provider_lease_id == retirement.provider_lease_id
         and r.lease_id == retirement.lease_id
     ]
-    voided: list[tuple[str, Receipt]] = []
 
-    def bound(receipt: Receipt, what: str) -> bool:
-        if fingerprint is None:
-            return True
-        why = void_reason(receipt.payload.get("fingerprint"), fingerprint, what)
-        if why:
-            voided.append((why, receipt))
-        return not why
 
-    def no(reason: str) -> Proof:
-        why, receipt = voided[-1] if voided else ("", None)
-        return Proof(False, why or reason, fingerprint=fingerprint, void=why, void_receipt=receipt)
-
-    def yes(reason: str, receipt: Receipt) -> Proof:
-        return Proof(True, reason, receipt, fingerprint=fingerprint)
-
+def _by_attestation(retirement: Retirement, mine: list[Receipt], binding: _Binding) -> Proof | None:
+    """The newest still-bound attestation on which this sandbox's id was typed
+    (with a reason), or None."""
     attested = sorted(
         (
             r
@@ -231,30 +255,34 @@ def proof_from_receipts(
         reverse=True,
     )
     for r in attested:
-        if bound(r, "attestation"):
-            return yes("an admin attested that unsaved work may be discarded", r)
+        if binding.bound(r, "attestation"):
+            return binding.yes("an admin attested that unsaved work may be discarded", r)
+    return None
 
+
+def _by_compare(mine: list[Receipt], binding: _Binding) -> Proof:
+    """The latest compare, if clean and bound, or a verified, bound export of it."""
     compares = sorted((r for r in mine if r.kind == ReceiptKind.SALVAGE_COMPARE), key=_order)
     if not compares:
-        return no("no salvage compare has been recorded yet")
+        return binding.no("no salvage compare has been recorded yet")
     # Only the LATEST compare counts: a dirty compare after a clean one voids it.
     latest = compares[-1]
     if latest.payload.get("root_not_found"):
-        return no("workspace root not found: the latest compare could not see the files")
-    if not bound(latest, "compare"):
-        return no("the latest compare no longer matches the sandbox")
+        return binding.no("workspace root not found: the latest compare could not see the files")
+    if not binding.bound(latest, "compare"):
+        return binding.no("the latest compare no longer matches the sandbox")
     # Only an explicit `clean: true` counts as clean.
     if latest.payload.get("clean") is True:
-        return yes("the latest compare found nothing unsaved", latest)
+        return binding.yes("the latest compare found nothing unsaved", latest)
     for r in sorted(mine, key=_order, reverse=True):
         if (
             r.kind == ReceiptKind.SALVAGE_EXPORT
             and r.payload.get("verified") is True
             and r.payload.get("compare_receipt_id") == str(latest.pk)
-            and bound(r, "export")
+            and binding.bound(r, "export")
         ):
-            return yes("every unsaved file was exported and verified", r)
-    return no("unsaved files found and no verified export of them yet")
+            return binding.yes("every unsaved file was exported and verified", r)
+    return binding.no("unsaved files found and no verified export of them yet")
 
 
 def _order(r: Receipt):
