@@ -5,7 +5,9 @@
 Runs the real command. The only addition is a line per claim and per step
 (`CLAIM <attempt_id> <retirement_id>`, `STEP <retirement_id> <action>`, `DONE …`), flushed
 before the work starts, so the supervisor knows which process owns which
-claim and what it is doing when it SIGKILLs it.
+claim and what it is doing when it SIGKILLs it. The lines come from receivers
+of the reconciler's signals (`sandboxes/reconciler/signals.py`); nothing in
+the reconciler is replaced.
 """
 
 from __future__ import annotations
@@ -20,31 +22,25 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
+def _on_claimed(sender, claim, **kwargs) -> None:
+    _say(f"CLAIM {claim.attempt_id} {claim.retirement_id}")
+
+
+def _on_step_started(sender, plan, attempt_id, **kwargs) -> None:
+    _say(f"STEP {plan.retirement_id} {plan.action} {attempt_id}")
+
+
+def _on_step_finished(sender, plan, attempt_id, **kwargs) -> None:
+    _say(f"DONE {plan.retirement_id} {plan.action}")
+
+
 def instrument() -> None:
-    from sandboxes.reconciler import claims, machine
+    """Trace through the reconciler's own signals (sandboxes/reconciler/signals.py)."""
+    from sandboxes.reconciler import signals
 
-    claim_next = claims.claim_next
-
-    def traced_claim_next(*args, **kwargs):
-        claim = claim_next(*args, **kwargs)
-        if claim is not None:
-            _say(f"CLAIM {claim.attempt_id} {claim.retirement_id}")
-        return claim
-
-    claims.claim_next = traced_claim_next
-
-    def traced(action, step):
-        def run(plan, attempt_id, worker):
-            _say(f"STEP {plan.retirement_id} {action} {attempt_id}")
-            try:
-                return step(plan, attempt_id, worker)
-            finally:
-                _say(f"DONE {plan.retirement_id} {action}")
-
-        return run
-
-    for action, step in list(machine.STEPS.items()):
-        machine.STEPS[action] = traced(action, step)
+    signals.claimed.connect(_on_claimed, dispatch_uid="chaos-worker-claimed")
+    signals.step_started.connect(_on_step_started, dispatch_uid="chaos-worker-step-started")
+    signals.step_finished.connect(_on_step_finished, dispatch_uid="chaos-worker-step-finished")
 
 
 def main(argv: list[str] | None = None) -> None:

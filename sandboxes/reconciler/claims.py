@@ -22,6 +22,8 @@ from django.utils import timezone
 
 from sandboxes.models import Retirement
 
+from . import signals
+
 log = logging.getLogger(__name__)
 
 CLAIM_SECONDS = 15 * 60
@@ -75,7 +77,9 @@ def claim_next(*, environment_id=None, exclude=(), now=None) -> Claim | None:
         Retirement.objects.filter(pk=row[0]).update(
             attempt_id=attempt, claimed_until=now + timedelta(seconds=CLAIM_SECONDS)
         )
-    return Claim(retirement_id=row[0], attempt_id=attempt, lease_id=row[1])
+    claim = Claim(retirement_id=row[0], attempt_id=attempt, lease_id=row[1])
+    signals.claimed.send(sender=__name__, claim=claim)
+    return claim
 
 
 @contextmanager

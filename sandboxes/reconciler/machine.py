@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 
-from . import claims
+from . import claims, signals
 from .claims import DB_LOST, ClaimLost
 from .gate import DestroyRefused
-from .plan import Action, plan_step
+from .plan import Action, Plan, plan_step
 from .steps import do_compare, do_export, do_stop_before_wait, do_stop_only, retire_sandbox
 from .worker import Worker, record_failure
 
@@ -47,6 +47,16 @@ def advance(retirement_id, attempt_id, worker: Worker, *, max_steps: int = 8) ->
     claims.release_claim(retirement_id, attempt_id)
 
 
+def _run_step(plan: Plan, attempt_id, worker: Worker) -> None:
+    """Run the plan's step, announced before and after (signals.step_started,
+    step_finished: the chaos harness traces steps with them)."""
+    signals.step_started.send(sender=__name__, plan=plan, attempt_id=attempt_id)
+    try:
+        STEPS[plan.action](plan, attempt_id, worker)
+    finally:
+        signals.step_finished.send(sender=__name__, plan=plan, attempt_id=attempt_id)
+
+
 def _advance(retirement_id, attempt_id, worker: Worker, max_steps: int) -> None:
     for _ in range(max_steps):
         plan = plan_step(retirement_id, attempt_id, worker)
@@ -54,7 +64,7 @@ def _advance(retirement_id, attempt_id, worker: Worker, max_steps: int) -> None:
             log.info("record %s waits or is closed", retirement_id)
             break
         try:
-            STEPS[plan.action](plan, attempt_id, worker)
+            _run_step(plan, attempt_id, worker)
         except (ClaimLost, *DB_LOST):
             # Not the step's failure: the claim or the connection is gone. No
             # attempt is counted; the record is worked again from its receipts.

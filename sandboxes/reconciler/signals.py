@@ -1,0 +1,18 @@
+"""What a reconciler worker announces as it works, for whoever watches it
+(the chaos harness traces claims and steps with these; the product itself
+connects nothing). Django signals, sent synchronously in the worker:
+
+    claimed        a record was claimed          kwargs: claim (claims.Claim)
+    step_started   a step is about to run        kwargs: plan (plan.Plan), attempt_id
+    step_finished  the step returned or raised   kwargs: plan, attempt_id
+
+`sender` is the module that sends. A receiver runs inside the worker, before
+the work it announces (after it, for step_finished): it must be quick and
+must not raise.
+"""
+
+from django.dispatch import Signal
+
+claimed = Signal()
+step_started = Signal()
+step_finished = Signal()
