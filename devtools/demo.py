@@ -50,7 +50,7 @@ class Scenario:
 
 
 SCENARIOS = [
-    # Candidate kinds (DOMAIN §2.1).
+    # Candidate kinds (docs/rules.md, candidate kinds).
     Scenario(
         "PAP-101",
         "Retry moved the task to a new workspace (unsaved files)",
@@ -109,7 +109,7 @@ SCENARIOS = [
         released_hours=None,
         running=True,
     ),
-    # One hold each (DOMAIN §2.2).
+    # One hold each (docs/rules.md, holds).
     Scenario(
         "PAP-110", "Hold: the lease's own run is live", run_status="running", lease_status="failed"
     ),
@@ -207,7 +207,7 @@ ENVIRONMENTS = {"local-demo": "auto", "local-demo-manual": "manual", "e2b-demo":
 
 def _provider(env: str) -> str:
     """The demo's environments are local, but for one of a provider the console
-    has no client for: listed and held `provider_unsupported` (DOMAIN §1)."""
+    has no client for: listed and held `provider_unsupported` (docs/architecture.md, the rooms)."""
     return "e2b" if env.startswith("e2b") else "local"
 
 

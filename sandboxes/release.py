@@ -1,4 +1,4 @@
-"""Releases as Paperclip reports them (DOMAIN §2.5, seed 002).
+"""Releases as Paperclip reports them (docs/rules.md, candidate kinds, seed 002).
 
 The console is a mirror and a witness: a `lease.released` event is recorded
 exactly as sent. Only a missing status is filled in, and only from the

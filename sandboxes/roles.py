@@ -1,4 +1,4 @@
-"""The console's three groups and what each may do (DOMAIN §5)."""
+"""The console's three groups and what each may do (docs/architecture.md, the rooms)."""
 
 from django.contrib.auth.models import Group, Permission
 from django.db import router
@@ -15,7 +15,7 @@ _ADMIN = _OPERATOR + [
     "sandboxes.attest_retirement",
     "sandboxes.edit_policy",
     "sandboxes.manage_tokens",
-    # Admins manage users (DOMAIN §0): assigning console roles.
+    # Admins manage users (docs/architecture.md): assigning console roles.
     "auth.change_user",
 ]
 ROLE_PERMISSIONS = {REVIEWERS: _REVIEWER, OPERATORS: _OPERATOR, ADMINS: _ADMIN}

@@ -233,7 +233,7 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
     add("observe", "abandoned_warm", KEPT, env="observe", final_stage="listed", dirty="ac")
     add("resumed", "abandoned_warm", KEPT, hold="intent_pending", final_stage="dismissed")
 
-    # Issue 10's rules (DOMAIN §2.1-§2.5), each a case that must be kept or converge.
+    # Issue 10's rules (docs/rules.md), each a case that must be kept or converge.
     corrected = {"final_stage": "corrected", "started": True, "dirty": "a"}
     # A keep_running release recorded as sent, arriving before the run's final
     # status (mid-wave): the correction still fires.
@@ -331,7 +331,7 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
     bound = ids["ws"]
     if kind in ("abandoned_warm", "superseded_running_warm", "closed_restore_source"):
         # A Retry bound the task to a fresh workspace (a restore source's task
-        # must have moved on too, DOMAIN §2.1).
+        # must have moved on too, docs/rules.md, candidate kinds).
         bound = ids["other_ws"]
     run_status = "failed"
     if kind == "stop_after_unsuccessful_run" and case.name.startswith("unsuccessful-"):
@@ -379,7 +379,7 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
     elif kind == "stop_after_unsuccessful_run":
         status, policy, receipt = "retained", "reuse_by_execution_workspace", False
         lease["disposition"] = "keep_running"
-    released = None  # a lease.released event, recorded as sent (DOMAIN §2.5)
+    released = None  # a lease.released event, recorded as sent (docs/rules.md, candidate kinds)
     if shape in ("release_first", "cancelled_restore", "released_keep"):
         status, released = "active", {"lease_id": ids["lease"], "disposition": "keep_running"}
         lease.pop("disposition", None)
@@ -423,7 +423,7 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
     out.append(ev.lease(**lease))
     if hold == "task_can_resume":
         # An older row on the same sandbox (its host's clock ran behind) whose
-        # task is still bound to its workspace: it protects the sandbox (§2.2).
+        # task is still bound to its workspace: it protects the sandbox (docs/rules.md, holds).
         older_issue, older_ws = ev.uid(), ev.uid()
         out.append(ev.issue(older_issue, "in_progress"))
         out.append(ev.workspace(older_ws, older_issue))

@@ -1,4 +1,4 @@
-"""GET/POST /api/v1/kept-sandboxes — the read-and-act API (DOMAIN §4.2) for
+"""GET/POST /api/v1/kept-sandboxes — the read-and-act API (README, the API) for
 operator-scope tokens. Actions go through `sandboxes.actions`, the same code
 path and audit rows as the console's buttons."""
 

@@ -84,7 +84,7 @@ class LeasePolicy(models.TextChoices):
     RETAIN_ON_FAILURE = "retain_on_failure"
 
 
-# Every lease status some candidate kind needs (DOMAIN §2.1): `active` and
+# Every lease status some candidate kind needs (docs/rules.md, candidate kinds): `active` and
 # `expired` rows are never candidates, so listing reads only these.
 KEEPABLE_STATUSES = (
     LeaseStatus.RELEASED,
@@ -184,7 +184,7 @@ class Stage(models.TextChoices):
     NOTICED = "noticed"
     FAILED = "failed"
     DISMISSED = "dismissed"
-    # A correction's record once its stop is confirmed (DOMAIN §2.3): closed,
+    # A correction's record once its stop is confirmed (docs/rules.md, proof): closed,
     # never a retirement and never a dismissal.
     CORRECTED = "corrected"
 

@@ -94,7 +94,7 @@ class Environment(MirroredModel):
     status = models.CharField(
         max_length=16, choices=EnvironmentStatus.choices, default=EnvironmentStatus.ACTIVE
     )
-    # Console policy (DOMAIN §2.6).
+    # Console policy (docs/rules.md, what happens next).
     retirement_mode = models.CharField(
         max_length=16, choices=RetirementMode.choices, default=RetirementMode.OBSERVE
     )

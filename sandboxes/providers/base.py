@@ -1,8 +1,8 @@
 """The provider protocol: typed results, classified errors, time budgets and retries.
 
 Everything the reconciler knows about a sandbox comes through these types, so
-they carry the provider's own state plus what a receipt needs (DOMAIN §2.3,
-§2.4, §3).
+they carry the provider's own state plus what a receipt needs (docs/rules.md,
+proof and claims and failures; docs/architecture.md, the rooms).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def get_provider(
     api_key_env: str = "DAYTONA_API_KEY",
     toolbox_hosts: str | tuple[str, ...] | None = None,
 ) -> Provider:
-    """The shared client for an environment's provider settings (DOMAIN §2.6).
+    """The shared client for an environment's provider settings (docs/rules.md, what happens next).
 
     `toolbox_hosts` (blank: the DAYTONA_TOOLBOX_HOSTS setting) are the hosts
     besides the API's own that may receive the API key as toolbox proxies."""

@@ -1,1 +1,1 @@
-"""The reconciler (DOMAIN §2): list kept sandboxes, explain holds, salvage then retire."""
+"""The reconciler (docs/rules.md): list kept sandboxes, explain holds, salvage then retire."""

@@ -3,7 +3,7 @@
 One SQL query lists every candidate with all hold facts (EXISTS subqueries on
 indexed columns), so listing plus hold evaluation costs the same number of
 queries at any fleet size. Only the newest lease row per sandbox is judged,
-and rows whose graph still has placeholders are skipped (DOMAIN §2.1).
+and rows whose graph still has placeholders are skipped (docs/rules.md, candidate kinds).
 
 Its cost follows what is kept, not history: it reads only rows in a status some
 kind needs that no later row on their sandbox supersedes (the partial index
@@ -80,7 +80,7 @@ def _newer_row():
     the same one and a larger id, so exactly one row is the newest. A row with
     no acquired_at cannot be ordered: it never hides a dated row (the sandbox
     stays visible), a dated row is newer than it, and every row of a sandbox
-    with an undated row is held `unknown_age` (DOMAIN §2.2)."""
+    with an undated row is held `unknown_age` (docs/rules.md, holds)."""
     return _same_sandbox().filter(
         Q(acquired_at__gt=OuterRef("acquired_at"))
         | Q(acquired_at=OuterRef("acquired_at"), pk__gt=OuterRef("pk"))
@@ -101,7 +101,7 @@ def _other_rows():
     """The sandbox's other rows, one index probe for three hold facts:
     - RESUMABLE_ELSEWHERE: one its task can still resume (released or retained,
       the task bound to that row's workspace and not done). Checked over every
-      row, not only the newest: clocks skew (DOMAIN §2.2);
+      row, not only the newest: clocks skew (docs/rules.md, holds);
     - UNDATED_ROW: one with no acquired_at (the rows cannot be ordered);
     - SANDBOX_SHARED: one in a sharing status."""
     resumable = Q(
@@ -128,7 +128,7 @@ def _other_rows():
 
 
 def _stop_receipt():
-    """A confirmed stop for exactly this lease, its run and its sandbox (DOMAIN §2.1):
+    """A confirmed stop for exactly this lease, its run and its sandbox (docs/rules.md, candidate kinds):
     a receipt naming another sandbox proves nothing about this one."""
     return Receipt.objects.filter(
         lease=OuterRef("pk"),
@@ -159,7 +159,7 @@ def _facts_annotations() -> dict:
         "issue_run_live": Exists(
             HeartbeatRun.objects.filter(issue=OuterRef("issue_id"), status__in=RUN_LIVE)
         ),
-        # DOMAIN §2.1/§2.2: the recovery actions that concern a lease are those
+        # docs/rules.md, candidate kinds and holds: the recovery actions that concern a lease are those
         # naming it (Paperclip's restore evidence lists lease ids; the mirror
         # keeps one row per lease named) and those naming no lease on its task.
         # An action naming another lease concerns that lease only (seed 003's

@@ -1,4 +1,4 @@
-"""Which holds apply to a candidate: pure functions over plain data (DOMAIN §2.2)."""
+"""Which holds apply to a candidate: pure functions over plain data (docs/rules.md, holds)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ STOP_ONLY_KINDS = (
 )
 # Every hold blocks every provider mutation, stops included ("every existing
 # hold still applies", seed 001; "preserve the existing ownership hold", seed
-# 002), except these, which a stop does not need to wait for (DOMAIN §2.2): the
+# 002), except these, which a stop does not need to wait for (docs/rules.md, holds): the
 # stop settles a missing stop receipt, a stopped sandbox still resumes, a stop
 # keeps the disk, and retention and unknown age gate only a destroy.
 STOP_IGNORES = frozenset(
@@ -61,7 +61,7 @@ NEEDS_STOP_RECEIPT = (
     RetirementKind.DONE_TASK_WARM,
     RetirementKind.CLOSED_RESTORE_SOURCE,
 )
-# Providers the console has a client for (DOMAIN §1); others are listed and held.
+# Providers the console has a client for (docs/architecture.md, the rooms); others are listed and held.
 DRIVEN_PROVIDERS = ("daytona", "local")
 # Hold evaluation order is the display order.
 HOLD_ORDER = [code.value for code in HoldCode]
@@ -88,7 +88,7 @@ class LeaseFacts:
     sandbox_shared: bool
     newer_lease: bool
     has_stop_receipt: bool
-    # Another row naming the sandbox that its task can still resume (DOMAIN §2.2:
+    # Another row naming the sandbox that its task can still resume (docs/rules.md, holds:
     # task_can_resume is checked against every row, clocks skew).
     resumable_elsewhere: bool = False
     # Some row naming the sandbox has no acquired_at: the rows cannot be ordered.

@@ -1,6 +1,6 @@
 """Salvage: diff a sandbox against the last durable save, and export unsaved
 files to the task as content-addressed attachments, verified by re-reading
-the stored bytes (DOMAIN §2.3)."""
+the stored bytes (docs/rules.md, proof)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class StaleCompare(ExportError):
     """A file changed on the sandbox since the compare: compare again."""
 
 
-# The compare's own words when it could not see the workspace (DOMAIN §2.3).
+# The compare's own words when it could not see the workspace (docs/rules.md, proof).
 ROOT_NOT_FOUND = "workspace root not found"
 
 
@@ -37,7 +37,7 @@ class WorkspaceRootNotFound(Exception):
 def blind_spot(digests: dict[str, FileDigest] | None, manifest: dict, root: str) -> str:
     """Why a compare saw nothing it can vouch for, or "" when it saw the workspace.
 
-    A compare proves nothing about files it could not see (DOMAIN §2.3): the root
+    A compare proves nothing about files it could not see (docs/rules.md, proof): the root
     is missing, or the saved manifest names files and none of them is under the
     root (a lease without `metadata.remoteCwd` fell back to an environment root
     that is empty, or holds something else). An empty root with an empty saved

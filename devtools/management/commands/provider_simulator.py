@@ -1,4 +1,4 @@
-"""`manage.py provider_simulator --port N`: serve the Daytona simulator (DOMAIN §4.3)."""
+"""`manage.py provider_simulator --port N`: serve the Daytona simulator (README, commands)."""
 
 from django.core.management.base import BaseCommand
 
