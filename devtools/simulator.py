@@ -1,7 +1,7 @@
 """A Daytona-compatible HTTP server on loopback, with seeded faults and a call log.
 
-Serves the REST and toolbox routes the console uses (docs/architecture.md, the rooms) the way Daytona
-does -- every answer valid for the official `daytona-api-client` and
+Serves the REST and toolbox routes the console uses (docs/architecture.md,
+the rooms) the way Daytona does -- every answer valid for the official `daytona-api-client` and
 `daytona-toolbox-api-client` models, so Daytona's own SDK can drive it -- keeps
 sandboxes in memory, and lets tests, demos and chaos runs inject latency, 5xx,
 409 windows, 429 with Retry-After, stuck transitions, dropped connections and

@@ -1,4 +1,5 @@
-"""POST /api/v1/events — Paperclip runtimes push their rows here (docs/architecture.md, how a lease travels)."""
+"""POST /api/v1/events — Paperclip runtimes push their rows here
+(docs/architecture.md, how a lease travels)."""
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig

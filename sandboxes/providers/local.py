@@ -1,4 +1,5 @@
-"""The embedded provider: sandboxes are directories on this machine (docs/architecture.md, the rooms).
+"""The embedded provider: sandboxes are directories on this machine
+(docs/architecture.md, the rooms).
 
 Layout: `<root>/<sandbox id>/state.json` and `<root>/<sandbox id>/fs/…`. State
 changes are atomic file replacements; nothing here ever reads or writes a path

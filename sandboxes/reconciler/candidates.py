@@ -128,8 +128,9 @@ def _other_rows():
 
 
 def _stop_receipt():
-    """A confirmed stop for exactly this lease, its run and its sandbox (docs/rules.md, candidate kinds):
-    a receipt naming another sandbox proves nothing about this one."""
+    """A confirmed stop for exactly this lease, its run and its sandbox
+    (docs/rules.md, candidate kinds): a receipt naming another sandbox proves
+    nothing about this one."""
     return Receipt.objects.filter(
         lease=OuterRef("pk"),
         run=OuterRef("heartbeat_run_id"),
@@ -159,9 +160,10 @@ def _facts_annotations() -> dict:
         "issue_run_live": Exists(
             HeartbeatRun.objects.filter(issue=OuterRef("issue_id"), status__in=RUN_LIVE)
         ),
-        # docs/rules.md, candidate kinds and holds: the recovery actions that concern a lease are those
-        # naming it (Paperclip's restore evidence lists lease ids; the mirror
-        # keeps one row per lease named) and those naming no lease on its task.
+        # docs/rules.md, candidate kinds and holds: the recovery actions that
+        # concern a lease are those naming it (Paperclip's restore evidence lists
+        # lease ids; the mirror keeps one row per lease named) and those naming
+        # no lease on its task.
         # An action naming another lease concerns that lease only (seed 003's
         # file recovery holds only its own sandbox).
         "recovery_any": Exists(_recovery_actions()),

@@ -61,7 +61,8 @@ NEEDS_STOP_RECEIPT = (
     RetirementKind.DONE_TASK_WARM,
     RetirementKind.CLOSED_RESTORE_SOURCE,
 )
-# Providers the console has a client for (docs/architecture.md, the rooms); others are listed and held.
+# Providers the console has a client for (docs/architecture.md, the rooms);
+# others are listed and held.
 DRIVEN_PROVIDERS = ("daytona", "local")
 # Hold evaluation order is the display order.
 HOLD_ORDER = [code.value for code in HoldCode]

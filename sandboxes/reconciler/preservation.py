@@ -1,5 +1,5 @@
-"""Preservation source (seed 003, docs/rules.md, candidate kinds): a cancelled run's stopped, reusable
-sandbox still holds its unsaved files behind the workspace's writer hold.
+"""Preservation source (seed 003, docs/rules.md, candidate kinds): a cancelled
+run's stopped, reusable sandbox still holds its unsaved files behind the workspace's writer hold.
 Record one file-recovery action naming that lease, once; the lease and
 receipts stay as they are. The action holds only that lease's sandbox (it names
 the lease), and it is resolved when Paperclip clears the writer hold (its
