@@ -1,5 +1,5 @@
 """Audit rows and receipts stay as written on the paths
-tests/foundation/test_append_only.py does not try: bulk_update, upserts,
+tests/models/test_append_only.py does not try: bulk_update, upserts,
 saving over an existing id, UPDATE … FROM, MERGE, cascades and the admin site."""
 
 import pytest

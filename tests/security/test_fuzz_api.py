@@ -1,6 +1,6 @@
 """Property-based: the act API (any action, sandbox id and body) and ingest
 (NUL in otherwise valid text) never answer 500 and never write part of a change.
-tests/foundation/test_ingest_fuzz.py fuzzes ingest's schema; this adds the text
+tests/ingest/test_ingest_fuzz.py fuzzes ingest's schema; this adds the text
 PostgreSQL cannot store."""
 
 import json

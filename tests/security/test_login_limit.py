@@ -3,7 +3,7 @@ trusted proxy only, each account has its own budget with a growing delay, a
 look-alike spelling of a username shares its budget, parallel attempts cannot
 outrun the count, and Django admin's login form is limited too.
 
-tests/production/test_login_proxy.py runs the same rules through gunicorn."""
+tests/deploy/test_login_proxy.py runs the same rules through gunicorn."""
 
 import threading
 

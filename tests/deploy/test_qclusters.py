@@ -112,7 +112,7 @@ def test_two_clusters_split_one_pass_without_processing_a_candidate_twice(
     assert done.returncode == 0, done.stderr
     ids = seed_sandboxes(simulator, N)
     built = subprocess.run(
-        [PYTHON, "-m", "tests.production.qcluster_fleet"],
+        [PYTHON, "-m", "tests.deploy.qcluster_fleet"],
         cwd=ROOT,
         env=env,
         input=json.dumps({"simulator_url": simulator.url, "sandbox_ids": ids, "files": FILES}),

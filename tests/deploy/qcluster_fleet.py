@@ -1,5 +1,5 @@
 """Build a reconciler fleet in a scratch console database, run as a subprocess:
-`python -m tests.production.qcluster_fleet < {"simulator_url", "sandbox_ids", "files"}`.
+`python -m tests.deploy.qcluster_fleet < {"simulator_url", "sandbox_ids", "files"}`.
 
 The test process is bound to its own test database; this writes where the
 q clusters under test read (DATABASE_URL of the subprocess)."""
