@@ -1,4 +1,5 @@
-"""Ingest of Paperclip events (DOMAIN §4.1): validation, then an all-or-nothing apply."""
+"""Ingest of Paperclip events (docs/architecture.md, how a lease travels):
+validation, then an all-or-nothing apply."""
 
 from .apply import BatchResult, apply_events
 from .schemas import EventError, validate_batch

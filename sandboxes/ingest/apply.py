@@ -304,7 +304,7 @@ def _apply_release(uow: _UnitOfWork, event: Event, d: s.LeaseReleased) -> None:
 def _apply_receipt(uow: _UnitOfWork, event: Event, d: s.ReceiptRecorded) -> None:
     lease = uow.get(EnvironmentLease, d.lease_id)
     if not lease.values["placeholder"] and lease.values["provider_lease_id"] != d.provider_lease_id:
-        # A receipt is proof for exactly this lease's sandbox (DOMAIN §1).
+        # A receipt is proof for exactly this lease's sandbox (docs/rules.md, proof).
         uow.errors.append(
             EventError(
                 event.index,
@@ -480,9 +480,10 @@ def _policy_of(row: _Row) -> dict[str, Any]:
 
 
 def _refuse_policy(uow: _UnitOfWork, event: Event, d: s.EnvironmentUpserted, env: _Row) -> None:
-    """Policy is the console's (DOMAIN §4.1): an existing environment keeps its
-    mode, retention, cap and root whatever a runtime sends; each field that
-    would have changed it is named in the answer's warnings."""
+    """Policy is the console's (docs/architecture.md, how a lease travels): an
+    existing environment keeps its mode, retention, cap and root whatever a
+    runtime sends; each field that would have changed it is named in the
+    answer's warnings."""
     current = _policy_of(env)
     for field in POLICY_FIELDS:
         sent = getattr(d, field)
@@ -520,7 +521,7 @@ def apply_events(source: str, events: list[Event], *, actor: Any = None) -> Batc
 def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> None:
     """A receipt can arrive before its lease row (it is then stored against a
     placeholder and cannot be checked). When the lease arrives, every receipt
-    recorded for it is validated against its sandbox (DOMAIN §1, issue 10 item
+    recorded for it is validated against its sandbox (docs/rules.md, proof; issue 10 item
     8): one naming another sandbox is named in the answer's warnings and
     audited. It stays (receipts are append-only) but proves nothing: every
     check matches a receipt on run, lease AND provider_lease_id. 1 query."""

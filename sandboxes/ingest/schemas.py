@@ -72,14 +72,14 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 # An event may be dated at most this far ahead of the server's clock: a row's
 # newest source time wins every later update, so a year-9999 event would freeze
-# it (DOMAIN §4.1).
+# it (docs/architecture.md, how a lease travels).
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 # Deeper JSON is refused before anything walks it (Python recursion, jsonb).
 MAX_JSON_DEPTH = 64
 
 
 def sandbox_root(value: str) -> str:
-    """A workspace root inside a sandbox (DOMAIN §3): relative to the sandbox
+    """A workspace root inside a sandbox (docs/architecture.md, the rooms): relative to the sandbox
     home, or absolute under a home directory (/home/<user>/...); never `..`,
     never the filesystem root or the home itself."""
     parts = [p for p in value.split("/") if p not in ("", ".")]
@@ -117,8 +117,9 @@ _DRIVEN = frozenset(ProviderName.values)
 
 SandboxId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(any_sandbox_id)]
 
-# Paperclip's provider key: daytona, local, ssh, e2b, a plugin key… (DOMAIN §1:
-# every provider is mirrored; the console drives only ProviderName's).
+# Paperclip's provider key: daytona, local, ssh, e2b, a plugin key…
+# (docs/architecture.md, the rooms: every provider is mirrored; the console
+# drives only ProviderName's).
 ProviderKey = Annotated[
     str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")
 ]
@@ -193,7 +194,7 @@ def remote_cwd(value: str, info: ValidationInfo) -> str:
 
 class LeaseMetadata(BaseModel):
     """A lease's free-form metadata; `remoteCwd` is the sandbox's workspace root
-    when present (DOMAIN §3), checked by `remote_cwd`."""
+    when present (docs/architecture.md, the rooms), checked by `remote_cwd`."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -236,7 +237,8 @@ class LeaseUpserted(Data):
 
 
 class LeaseReleased(Data):
-    """Recorded as sent (DOMAIN §2.5); a missing status is derived from the disposition."""
+    """Recorded as sent (docs/rules.md, candidate kinds); a missing status is
+    derived from the disposition."""
 
     lease_id: Uuid
     disposition: Disposition
