@@ -102,6 +102,18 @@ def _claimed(rec: dict, now) -> bool:
     return rec["claimed_until"] is not None and rec["claimed_until"] > now
 
 
+@dataclass
+class _Plan:
+    """What one sync writes, gathered before any write."""
+
+    creates: list[Retirement] = field(default_factory=list)
+    updates: list[Retirement] = field(default_factory=list)
+    to_hold: list = field(default_factory=list)
+    to_release: list = field(default_factory=list)
+    to_wake: list = field(default_factory=list)
+    to_dismiss: dict = field(default_factory=dict)
+
+
 def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncResult:
     now = now or timezone.now()
     result = SyncResult()
@@ -127,64 +139,80 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
     ]
     judged = judge_leases(rejudge)
 
-    creates: list[Retirement] = []
-    updates: list[Retirement] = []
-    to_hold, to_release, to_wake, to_dismiss = [], [], [], {}
+    plan = _Plan()
+    _plan_candidates(plan, by_sandbox, cand_by_sandbox, now)
+    _plan_rejudged(plan, by_sandbox, cand_by_sandbox, judged, now)
+    _write(plan, result, now)
+    for c in candidates:
+        result.by_kind[c.kind] = result.by_kind.get(c.kind, 0) + 1
+    result.due_at = _due_at(now, candidates, judged.values(), records)
+    return result
 
-    def track(rec: dict, cand: Candidate, kind: str) -> None:
-        holds = compute_holds(
-            cand.facts, kind, operator_hold_reason=rec["operator_hold_reason"], now=now
-        )
-        if holds != rec["holds"] or kind != rec["kind"]:
-            updates.append(
-                Retirement(pk=rec["id"], holds=holds, hold_reasons=explain(holds), kind=kind)
-            )
-        step = decide.sync_step(
-            stage=rec["stage"],
-            blocking=blocking_holds(holds, kind),
-            mode=rec["environment__retirement_mode"],
-            started=rec["started_for_salvage"],
-            next_attempt_at=rec["next_attempt_at"],
-            claimed=_claimed(rec, now),
-        )
-        if step == decide.SYNC_HOLD:
-            to_hold.append(rec["id"])
-        elif step == decide.SYNC_RELEASE:
-            to_release.append(rec["id"])
-        elif step == decide.SYNC_WAKE:
-            to_wake.append(rec["id"])  # a started sandbox: its worker stops it first
 
+def _track(plan: _Plan, rec: dict, cand: Candidate, kind: str, now) -> None:
+    holds = compute_holds(
+        cand.facts, kind, operator_hold_reason=rec["operator_hold_reason"], now=now
+    )
+    if holds != rec["holds"] or kind != rec["kind"]:
+        plan.updates.append(
+            Retirement(pk=rec["id"], holds=holds, hold_reasons=explain(holds), kind=kind)
+        )
+    step = decide.sync_step(
+        stage=rec["stage"],
+        blocking=blocking_holds(holds, kind),
+        mode=rec["environment__retirement_mode"],
+        started=rec["started_for_salvage"],
+        next_attempt_at=rec["next_attempt_at"],
+        claimed=_claimed(rec, now),
+    )
+    if step == decide.SYNC_HOLD:
+        plan.to_hold.append(rec["id"])
+    elif step == decide.SYNC_RELEASE:
+        plan.to_release.append(rec["id"])
+    elif step == decide.SYNC_WAKE:
+        plan.to_wake.append(rec["id"])  # a started sandbox: its worker stops it first
+
+
+def _plan_candidates(plan: _Plan, by_sandbox: dict, cand_by_sandbox: dict, now) -> None:
+    """Each current candidate: track its record, give way to it, or create one."""
     for key, cand in cand_by_sandbox.items():
         if cand.kind is None:
             continue  # never: the candidate query lists rows that match a kind
         rec = by_sandbox.get(key)
         if rec is not None and rec["lease_id"] == cand.lease_id:
-            track(rec, cand, cand.kind)
+            _track(plan, rec, cand, cand.kind, now)
             continue
         if rec is not None:
             # A newer lease row on this sandbox is itself a candidate: the old
             # record gives way, and the newest row is listed on the next pass.
             if not _claimed(rec, now) and not rec["started_for_salvage"]:
-                to_dismiss[rec["id"]] = "a newer lease row on this sandbox is the candidate now"
+                plan.to_dismiss[rec["id"]] = (
+                    "a newer lease row on this sandbox is the candidate now"
+                )
             continue
-        holds = compute_holds(cand.facts, cand.kind, now=now)
-        stage, due = decide.new_record_state(
-            blocking=blocking_holds(holds, cand.kind), mode=cand.retirement_mode, now=now
-        )
-        creates.append(
-            Retirement(
-                lease_id=cand.lease_id,
-                environment_id=cand.environment_id,
-                provider=cand.provider,
-                provider_lease_id=cand.provider_lease_id,
-                kind=cand.kind,
-                stage=stage,
-                holds=holds,
-                hold_reasons=explain(holds),
-                next_attempt_at=due,
-            )
-        )
+        plan.creates.append(_new_record(cand, cand.kind, now))
 
+
+def _new_record(cand: Candidate, kind: str, now) -> Retirement:
+    holds = compute_holds(cand.facts, kind, now=now)
+    stage, due = decide.new_record_state(
+        blocking=blocking_holds(holds, kind), mode=cand.retirement_mode, now=now
+    )
+    return Retirement(
+        lease_id=cand.lease_id,
+        environment_id=cand.environment_id,
+        provider=cand.provider,
+        provider_lease_id=cand.provider_lease_id,
+        kind=kind,
+        stage=stage,
+        holds=holds,
+        hold_reasons=explain(holds),
+        next_attempt_at=due,
+    )
+
+
+def _plan_rejudged(plan: _Plan, by_sandbox: dict, cand_by_sandbox: dict, judged: dict, now) -> None:
+    """Each open record with no current candidate row, by its re-judged lease."""
     for key, rec in by_sandbox.items():
         if key in cand_by_sandbox:
             continue
@@ -195,18 +223,25 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
             if _claimed(rec, now):
                 continue
             if rec["started_for_salvage"]:
-                to_wake.append(rec["id"])
+                plan.to_wake.append(rec["id"])
             else:
-                to_dismiss[rec["id"]] = "no longer a candidate (the predicate stopped matching)"
+                plan.to_dismiss[rec["id"]] = (
+                    "no longer a candidate (the predicate stopped matching)"
+                )
             continue
-        track(rec, judged_row, judged_row.kind)
+        _track(plan, rec, judged_row, judged_row.kind, now)
 
-    if updates:
-        Retirement.objects.bulk_update(updates, ["holds", "hold_reasons", "kind"], batch_size=None)
+
+def _write(plan: _Plan, result: SyncResult, now) -> None:
+    """The plan's bulk writes, claimed records left to their worker."""
+    if plan.updates:
+        Retirement.objects.bulk_update(
+            plan.updates, ["holds", "hold_reasons", "kind"], batch_size=None
+        )
     unclaimed = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
-    if to_hold:
+    if plan.to_hold:
         result.held = (
-            Retirement.objects.filter(unclaimed, pk__in=to_hold, started_for_salvage=False)
+            Retirement.objects.filter(unclaimed, pk__in=plan.to_hold, started_for_salvage=False)
             .exclude(stage__in=STAGES_CLOSED)
             # A hold stops a running notice (decide.notice_valid).
             .update(
@@ -217,16 +252,20 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
                 updated_at=now,
             )
         )
-    if to_release:
+    if plan.to_release:
         result.released = Retirement.objects.filter(
-            unclaimed, pk__in=to_release, stage=Stage.HELD
+            unclaimed, pk__in=plan.to_release, stage=Stage.HELD
         ).update(stage=Stage.LISTED, next_attempt_at=now, updated_at=now)
-    if to_wake:
-        Retirement.objects.filter(unclaimed, pk__in=to_wake).exclude(
+    if plan.to_wake:
+        Retirement.objects.filter(unclaimed, pk__in=plan.to_wake).exclude(
             stage__in=(*STAGES_CLOSED, Stage.HELD)
         ).update(next_attempt_at=now, updated_at=now)
-    if to_dismiss:
-        result.dismissed = _dismiss(to_dismiss, now, unclaimed)
+    if plan.to_dismiss:
+        result.dismissed = _dismiss(plan.to_dismiss, now, unclaimed)
+    result.created = _create(plan.creates)
+
+
+def _create(creates: list[Retirement]) -> int:
     if creates:
         # Belt and braces: a lease whose sandbox was retired is never listed again.
         retired = set(
@@ -236,12 +275,8 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
         )
         creates = [c for c in creates if c.lease_id not in retired]
     if creates:
-        created = Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None)
-        result.created = len(created)
-    for c in candidates:
-        result.by_kind[c.kind] = result.by_kind.get(c.kind, 0) + 1
-    result.due_at = _due_at(now, candidates, judged.values(), records)
-    return result
+        return len(Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None))
+    return 0
 
 
 def _due_at(now: datetime, candidates, judged, records) -> datetime | None:
