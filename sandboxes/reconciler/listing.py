@@ -50,7 +50,7 @@ class Evaluated:
 
 
 def _open_records(environment_id=None) -> list[dict]:
-    qs = Retirement.objects.exclude(stage__in=STAGES_CLOSED)
+    qs = Retirement.objects.open()
     if environment_id is not None:
         qs = qs.filter(environment_id=environment_id)
     return list(qs.values(*OPEN_FIELDS))
@@ -59,7 +59,7 @@ def _open_records(environment_id=None) -> list[dict]:
 def _operator_holds(environment_id=None) -> dict[tuple[str, str], str]:
     """The open records an operator holds, by sandbox: the only record field
     hold evaluation reads (the rest of a record is the sync's business)."""
-    qs = Retirement.objects.exclude(stage__in=STAGES_CLOSED).exclude(operator_hold_reason="")
+    qs = Retirement.objects.open().exclude(operator_hold_reason="")
     if environment_id is not None:
         qs = qs.filter(environment_id=environment_id)
     rows = qs.values_list("provider", "provider_lease_id", "operator_hold_reason")
@@ -242,7 +242,7 @@ def _write(plan: _Plan, result: SyncResult, now) -> None:
     if plan.to_hold:
         result.held = (
             Retirement.objects.filter(unclaimed, pk__in=plan.to_hold, started_for_salvage=False)
-            .exclude(stage__in=STAGES_CLOSED)
+            .open()
             # A hold stops a running notice (decide.notice_valid).
             .update(
                 stage=Stage.HELD,
@@ -294,7 +294,7 @@ def _dismiss(reasons: dict, now, unclaimed: Q) -> int:
         rows = list(
             Retirement.objects.select_for_update(skip_locked=True)
             .filter(unclaimed, pk__in=list(reasons), started_for_salvage=False)
-            .exclude(stage__in=STAGES_CLOSED)
+            .open()
             .values("id", "stage", "kind", "provider_lease_id")
         )
         if not rows:

@@ -22,7 +22,7 @@ from django.utils import timezone
 from sandboxes.costs import fleet_costs
 from sandboxes.logging import log_context
 from sandboxes.models import Environment, ReconcilerPass, Retirement
-from sandboxes.models.choices import STAGES_CLOSED
+from sandboxes.models.console import OPEN_RECORDS
 
 from . import changes, claims, machine, sizes
 from .listing import evaluate_fleet, sync_retirements
@@ -240,7 +240,7 @@ def _finish(record: ReconcilerPass, env_id, started, w: Worker, errors: list) ->
     scope = Q() if env_id is None else Q(environment_id=env_id)
     rows = (
         Retirement.objects.filter(scope)
-        .filter(~Q(stage__in=STAGES_CLOSED) | Q(closed_at__gte=started))
+        .filter(OPEN_RECORDS | Q(closed_at__gte=started))
         .values("kind", "stage")
         .annotate(n=Count("id"))
     )
