@@ -66,6 +66,21 @@ def test_only_the_newest_row_per_sandbox_is_judged():
     assert old.provider_lease_id not in kinds()
 
 
+def test_of_two_rows_acquired_at_the_same_moment_the_larger_id_is_judged():
+    """Neither row is superseded (a tie): the listing reads newer_lease instead of
+    filtering on it, and drops the row that has one."""
+    first = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
+    second = f.EnvironmentLeaseFactory(
+        provider_lease_id=first.provider_lease_id,
+        environment=first.environment,
+        status=m.LeaseStatus.FAILED,
+        acquired_at=first.acquired_at,
+    )
+    newest = max(first.pk, second.pk)
+    assert [c.lease_id for c in list_candidates()] == [newest]
+    assert judge_leases([min(first.pk, second.pk)]).popitem()[1].facts.newer_lease is True
+
+
 def test_rows_whose_graph_has_placeholders_are_skipped():
     lease = f.EnvironmentLeaseFactory(status=m.LeaseStatus.FAILED)
     m.HeartbeatRun.objects.filter(pk=lease.heartbeat_run_id).update(placeholder=True)
