@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import reduce
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
     BooleanField,
@@ -36,6 +37,9 @@ from django.db.models import (
     When,
 )
 from django.db.models.lookups import IsNull
+from psycopg import adapters as psycopg_adapters
+from psycopg.postgres import types as psycopg_types
+from psycopg.pq import Format
 
 from sandboxes.models import (
     EnvironmentLease,
@@ -413,8 +417,30 @@ def list_candidates(environment_id=None) -> list[Candidate]:
     """Every candidate (newest row per sandbox, complete graph) with its hold facts:
     one SELECT (plus SET LOCAL jit on PostgreSQL)."""
     with _without_jit():
-        rows = list(_listable(environment_id).values_list(*FACT_FIELDS))
+        rows = _fetch(_listable(environment_id).values_list(*FACT_FIELDS))
     return [_to_candidate(row) for row in rows if not row[_NEWER_LEASE]]
+
+
+# psycopg's own (C) text loader for timestamptz.
+_PG_TIMESTAMPTZ = psycopg_adapters.get_loader(psycopg_types["timestamptz"].oid, Format.TEXT)
+
+
+def _fetch(rows: QuerySet) -> list[tuple]:
+    """A values_list's rows, on PostgreSQL read as psycopg returns them.
+
+    Django reads every timestamptz through a loader written in Python (~4 µs a
+    value, a tenth of a listing at 100k leases) that only swaps the tzinfo for
+    Django's; psycopg's own loader returns the same aware datetimes (the session
+    time zone is Django's, set on connect). No field read here has a converter
+    that changes a psycopg value (tests/reconciler/test_candidates.py checks
+    the rows are Django's)."""
+    if connection.vendor != "postgresql" or not settings.USE_TZ:
+        return list(rows)
+    sql, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.cursor.adapters.register_loader("timestamptz", _PG_TIMESTAMPTZ)
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def judge_leases(lease_ids) -> dict[uuid.UUID, Candidate]:

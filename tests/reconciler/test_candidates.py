@@ -1,10 +1,13 @@
 """Listing: one row per sandbox (the newest), each kind, placeholders skipped, and
 a query count that does not grow with the fleet."""
 
+from datetime import UTC, datetime
+
 import pytest
 from django.utils import timezone
 
 from sandboxes import models as m
+from sandboxes.reconciler import candidates
 from sandboxes.reconciler.candidates import judge_leases, list_candidates
 from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
 from tests import factories as f
@@ -79,6 +82,19 @@ def test_of_two_rows_acquired_at_the_same_moment_the_larger_id_is_judged():
     newest = max(first.pk, second.pk)
     assert [c.lease_id for c in list_candidates()] == [newest]
     assert judge_leases([min(first.pk, second.pk)]).popitem()[1].facts.newer_lease is True
+
+
+def test_the_listing_reads_the_rows_django_would():
+    """_fetch skips Django's per-value converters and reads timestamps with
+    psycopg's own loader: same values, same types, same time zone."""
+    one_of_each()
+    f.EnvironmentLeaseFactory(status=m.LeaseStatus.RELEASED, released_at=None, acquired_at=None)
+    rows = candidates._listable().values_list(*candidates.FACT_FIELDS).order_by("pk")
+    fetched = candidates._fetch(rows)
+    assert fetched and fetched == list(rows)
+    assert [[type(v) for v in row] for row in fetched] == [[type(v) for v in row] for row in rows]
+    stamps = [v for row in fetched for v in row if isinstance(v, datetime)]
+    assert stamps and all(v.tzinfo is UTC for v in stamps)
 
 
 def test_rows_whose_graph_has_placeholders_are_skipped():
