@@ -276,6 +276,10 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
                 saved_at=released,
                 saved_manifest=manifest(saved_files(s.key)),
                 writer_run_id=run if writer else None,
+                # Paperclip replaces a sandbox that would not resume only after a
+                # committed save with its final checkpoint (seed 004), the proof the
+                # console re-checks before retiring the old one.
+                final_checkpoint_at=released if "replacement" in s.extra else None,
             )
         )
         if not s.bound:

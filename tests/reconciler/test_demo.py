@@ -42,6 +42,11 @@ def test_demo_fleet_covers_every_kind_and_hold_and_retires(local_root, monkeypat
     holds = {code for r in records for code in r.holds}
     assert holds == {c.value for c in m.HoldCode}
     assert records.filter(stage=m.Stage.RETIRED).count() >= 5
+    # The replaced sandbox is retired on its replacement's proof (seed 004): the
+    # demo's workspace carries the committed save Paperclip checked.
+    replaced = records.get(kind=m.RetirementKind.RESUME_FAILED)
+    assert replaced.stage == m.Stage.RETIRED, (replaced.stage, replaced.last_error)
+    assert not records.filter(stage=m.Stage.FAILED).exists()
     assert records.filter(stage=m.Stage.AWAITING_APPROVAL).exists()
     exported = m.Receipt.objects.filter(kind=m.ReceiptKind.SALVAGE_EXPORT, payload__verified=True)
     assert exported.count() >= 2
