@@ -7,6 +7,10 @@ from sandboxes import models as m
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    # Django's automatic select_related follows only non-null foreign keys:
+    # every nullable one in a list_display is named in list_select_related, or
+    # the changelist costs a query per row (tests/models/test_admin.py).
+
     def has_add_permission(self, request):
         return False
 
@@ -27,6 +31,7 @@ class EnvironmentAdmin(ReadOnlyAdmin):
 @admin.register(m.Issue)
 class IssueAdmin(ReadOnlyAdmin):
     list_display = ("key", "title", "status", "bound_workspace", "placeholder")
+    list_select_related = ("bound_workspace",)
     list_filter = ("status",)
     search_fields = ("key", "title", "id")
 
@@ -34,12 +39,14 @@ class IssueAdmin(ReadOnlyAdmin):
 @admin.register(m.ExecutionWorkspace)
 class WorkspaceAdmin(ReadOnlyAdmin):
     list_display = ("id", "issue", "save_state", "saved_at", "writer_run")
+    list_select_related = ("issue", "writer_run")
     list_filter = ("save_state",)
 
 
 @admin.register(m.HeartbeatRun)
 class RunAdmin(ReadOnlyAdmin):
     list_display = ("id", "issue", "status", "started_at", "finished_at")
+    list_select_related = ("issue",)
     list_filter = ("status",)
 
 
@@ -54,6 +61,7 @@ class LeaseAdmin(ReadOnlyAdmin):
         "acquired_at",
         "released_at",
     )
+    list_select_related = ("environment",)
     list_filter = ("status", "lease_policy", "provider")
     search_fields = ("provider_lease_id", "id")
 
