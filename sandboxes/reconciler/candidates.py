@@ -321,10 +321,6 @@ def _listable(environment_id=None) -> QuerySet:
     return qs
 
 
-def candidate_queryset(environment_id=None) -> QuerySet:
-    return _listable(environment_id).filter(newer_lease=False)
-
-
 @dataclass(frozen=True)
 class Candidate:
     lease_id: uuid.UUID
