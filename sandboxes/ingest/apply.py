@@ -23,7 +23,6 @@ are `sandboxes/ingest/sql.py`.
 
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 from django.db import IntegrityError, transaction
 
@@ -32,7 +31,7 @@ from sandboxes.models import EnvironmentLease, Receipt
 from sandboxes.models.choices import PROVIDER_RECEIPT_KINDS
 
 from . import schemas as s
-from .fold import _apply, _check_references, _referenced_ids, _UnitOfWork
+from .fold import Id, _apply, _check_references, _referenced_ids, _UnitOfWork
 from .schemas import Event, EventError
 from .sql import _insert, _record_event_ids, _write_rows
 
@@ -57,6 +56,7 @@ def apply_events(source: str, events: list[Event], *, actor: Any = None) -> Batc
     Raises BatchRejected (and changes nothing) if an event names something
     the batch cannot apply.
     """
+    events = s.plain_ids(events)
     try:
         return _apply_batch(source, events, actor)
     except IntegrityError:
@@ -72,7 +72,7 @@ def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> 
     8): one naming another sandbox is named in the answer's warnings and
     audited. It stays (receipts are append-only) but proves nothing: every
     check matches a receipt on run, lease AND provider_lease_id. 1 query."""
-    upserted: dict[UUID, int] = {}
+    upserted: dict[Id, int] = {}
     for event in events:
         if isinstance(event.data, s.LeaseUpserted):
             upserted[event.data.lease_id] = event.index
@@ -93,7 +93,8 @@ def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> 
         .values_list("id", "lease_id", "provider_lease_id", "request_id", "kind")
         .order_by("confirmed_at")
     )
-    for receipt_id, lease_id, named, request_id, kind in mismatched:
+    for receipt_id, lease_uuid, named, request_id, kind in mismatched:
+        lease_id = str(lease_uuid)
         if named == sandbox[lease_id]:
             continue
         message = (
@@ -107,7 +108,7 @@ def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> 
             obj=Receipt(pk=receipt_id, provider_lease_id=sandbox[lease_id]),
             reason=message,
             before={"provider_lease_id": named},
-            after={"lease_provider_lease_id": sandbox[lease_id], "lease": str(lease_id)},
+            after={"lease_provider_lease_id": sandbox[lease_id], "lease": lease_id},
         )
 
 

@@ -23,6 +23,11 @@ from . import schemas as s
 from .schemas import Event, EventError
 from .sql import Mirrored, _defaults, _field, _read_rows
 
+# A row's id. At run time always the canonical string (`schemas.plain_ids`):
+# rows are keyed by it, without a uuid.UUID per lookup. Typed as the event
+# schemas declare their ids.
+Id = str | UUID
+
 # Which model each id field of each event names.
 _REFERENCES: dict[str, Mirrored] = {
     "environment_id": Environment,
@@ -73,8 +78,8 @@ class _Row:
         object.__setattr__(self, "values", values)
 
     @property
-    def pk(self) -> UUID:
-        return cast(UUID, self.values["id"])
+    def pk(self) -> Id:
+        return cast(Id, self.values["id"])
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -87,22 +92,24 @@ class _Row:
 
 
 class _UnitOfWork:
+    """The rows a batch names, keyed by id as a canonical string (`plain_ids`)."""
+
     def __init__(self) -> None:
-        self.rows: dict[Mirrored, dict[UUID, _Row]] = defaultdict(dict)
+        self.rows: dict[Mirrored, dict[Id, _Row]] = defaultdict(dict)
         # What each row held when read, for the rules that look at the before.
-        self.baseline: dict[tuple[Mirrored, UUID], dict[str, Any]] = {}
+        self.baseline: dict[tuple[Mirrored, Id], dict[str, Any]] = {}
         # Rows the database did not have when read.
-        self.new: dict[Mirrored, set[UUID]] = defaultdict(set)
+        self.new: dict[Mirrored, set[Id]] = defaultdict(set)
         # Rows an upsert applied to, and the columns the batch set on each.
-        self.sent: dict[Mirrored, dict[UUID, set[str]]] = defaultdict(dict)
+        self.sent: dict[Mirrored, dict[Id, set[str]]] = defaultdict(dict)
         self.receipts: list[dict[str, Any]] = []
         self.errors: list[EventError] = []
         self.warnings: list[EventError] = []
         # Environments whose policy the console already owns: known before the
         # batch, or created by an earlier event of it.
-        self.policy_owned: set[UUID] = set()
+        self.policy_owned: set[Id] = set()
 
-    def load(self, wanted: dict[Mirrored, set[UUID]]) -> None:
+    def load(self, wanted: dict[Mirrored, set[Id]]) -> None:
         """Read (and lock, in id order) every row the batch names: one query a table."""
         for model, ids in wanted.items():
             if not ids:
@@ -113,7 +120,7 @@ class _UnitOfWork:
                 self.rows[model][pk] = _Row(values)
                 self.baseline[(model, pk)] = dict(values)
 
-    def get(self, model: Mirrored, pk: UUID) -> _Row:
+    def get(self, model: Mirrored, pk: Id) -> _Row:
         """The row with this id; a placeholder if the batch or database has none."""
         row = self.rows[model].get(pk)
         if row is None:
@@ -124,7 +131,7 @@ class _UnitOfWork:
             self.new[model].add(pk)
         return row
 
-    def upsert(self, model: Mirrored, pk: UUID, event: Event) -> _Row | None:
+    def upsert(self, model: Mirrored, pk: Id, event: Event) -> _Row | None:
         """The row an upsert event changes, or None when the row already holds a
         newer state from the source (events may arrive out of order)."""
         row = self.get(model, pk)
@@ -141,7 +148,7 @@ class _UnitOfWork:
         row.values.update(columns)
         self.sent[model][row.values["id"]].update(columns)
 
-    def was_placeholder(self, model: Mirrored, pk: UUID) -> bool:
+    def was_placeholder(self, model: Mirrored, pk: Id) -> bool:
         """Missing or a placeholder before this batch."""
         before = self.baseline.get((model, pk))
         return before is None or bool(before["placeholder"])
@@ -157,7 +164,7 @@ def _assign(
         uow.set(model, row, **columns)
 
 
-def _reference(uow: _UnitOfWork, model: Mirrored, pk: UUID | None) -> UUID | None:
+def _reference(uow: _UnitOfWork, model: Mirrored, pk: Id | None) -> Id | None:
     """An id a row points to; the row it names becomes a placeholder if unknown."""
     if pk is None:
         return None
@@ -395,8 +402,8 @@ def _apply(uow: _UnitOfWork, event: Event) -> None:
             raise TypeError(f"unhandled event {event.type}")
 
 
-def _referenced_ids(events: list[Event]) -> dict[Mirrored, set[UUID]]:
-    wanted: dict[Mirrored, set[UUID]] = defaultdict(set)
+def _referenced_ids(events: list[Event]) -> dict[Mirrored, set[Id]]:
+    wanted: dict[Mirrored, set[Id]] = defaultdict(set)
     for event in events:
         data = event.data
         for field, model in _REFERENCES_OF[type(data)]:

@@ -25,7 +25,7 @@ from sandboxes.release import release_status, release_status_sql
 from .schemas import Event
 
 if TYPE_CHECKING:
-    from .fold import _Row, _UnitOfWork
+    from .fold import Id, _Row, _UnitOfWork
 
 _orjson: Any
 try:
@@ -95,18 +95,23 @@ def _record_type(columns: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{_qn(name)} {db_type}" for name, db_type in columns)
 
 
-def _read_rows(
-    model: Mirrored, columns: tuple[str, ...], ids: set[UUID]
-) -> Iterable[dict[str, Any]]:
+def _read_rows(model: Mirrored, columns: tuple[str, ...], ids: set[Id]) -> Iterable[dict[str, Any]]:
+    """The rows with these ids (canonical strings), locked in id order; each
+    row's id comes back as the same string."""
     if not _postgres():
-        return model._default_manager.filter(pk__in=ids).values(*columns)
+        rows = list(model._default_manager.filter(pk__in=ids).values(*columns))
+        for row in rows:
+            row["id"] = str(row["id"])
+        return rows
     table = _qn(model._meta.db_table)
-    select = ", ".join(_qn(_field(model, c).column) for c in columns)
-    literal = "{" + ",".join(str(pk) for pk in ids) + "}"
+    select = ", ".join(
+        f"t.{_qn(_field(model, c).column)}" + ("::text" if c == "id" else "") for c in columns
+    )
+    literal = "{" + ",".join(map(str, ids)) + "}"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {select} FROM {table} WHERE {_qn('id')} = ANY(%s::uuid[]) "
-            f"ORDER BY {_qn('id')} FOR UPDATE",
+            f"SELECT {select} FROM {table} AS t WHERE t.{_qn('id')} = ANY(%s::uuid[]) "
+            f"ORDER BY t.{_qn('id')} FOR UPDATE",
             [literal],
         )
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
@@ -180,7 +185,7 @@ def _insert(
                     row["status"] = release_status(row["disposition"])
         objs = [model(**row) for row in rows]
         model._default_manager.bulk_create(objs, ignore_conflicts=ignore_conflicts)
-        return {row.get("id") for row in rows}
+        return {str(row.get("id")) for row in rows}
     fields = _fields(model)
     computed = _COLUMN_SQL.get(cast(Mirrored, model), {})
     staged = [f for f in fields if not _is_timestamp(f)]
@@ -195,8 +200,8 @@ def _insert(
     )
     if ignore_conflicts:
         sql += " ON CONFLICT DO NOTHING"
-    if returning:
-        sql += " RETURNING " + ", ".join(_qn(c) for c in returning)
+    if returning:  # as text: ids as the fold keys them
+        sql += " RETURNING " + ", ".join(f"{_qn(c)}::text" for c in returning)
     defaults = _defaults(model)
     columns = [(f.column, f.attname, defaults[f.attname]) for f in staged]
     document = _document(

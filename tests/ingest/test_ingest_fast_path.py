@@ -23,6 +23,13 @@ def same(a: list[s.Event], b: list[s.Event]) -> None:
         assert (x.index, x.id, x.type, x.occurred_at) == (y.index, y.id, y.type, y.occurred_at)
         assert s.SCHEMA_OF[type(y.data)] is type(x.data)
         assert x.data.model_fields_set == y.data.model_fields_set
+        # The fast path keeps ids as the canonical strings the detailed path's
+        # UUIDs print as.
+        assert x.data.model_dump(mode="json") == y.data.model_dump(mode="json")
+    # What the fold is given from either path (`plain_ids`) is the very same.
+    for x, y in zip(s.plain_ids(a), s.plain_ids(b), strict=True):
+        assert type(x.data) is type(y.data)
+        assert x.data.model_fields_set == y.data.model_fields_set
         assert x.data.model_dump() == y.data.model_dump()
 
 
@@ -75,6 +82,15 @@ def test_free_form_values_are_checked_like_the_whole_body():
         assert s.fast_validate_lines([json.dumps(e)]) is None
         with pytest.raises(ValueError):  # the detailed path refuses it
             slow(json.dumps({"events": [e]}).encode())
+
+
+def test_an_id_in_another_spelling_goes_the_detailed_path_and_is_folded_alike():
+    e = run()
+    e["data"]["run_id"] = e["data"]["run_id"].upper()
+    body = json.dumps({"events": [e]}).encode()
+    assert s.fast_validate_body(body, max_events=1000) is None
+    [plain] = s.plain_ids(slow(body)[0])
+    assert plain.data.run_id == e["data"]["run_id"].lower()
 
 
 def test_lines_are_validated_one_by_one():

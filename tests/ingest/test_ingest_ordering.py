@@ -143,7 +143,7 @@ def test_an_upsert_writes_only_the_columns_it_changes(post_events, monkeypatch):
 
     def stale_load(self, wanted):  # the batch read the issue before the rename
         real_load(self, wanted)
-        issue = self.rows[m.Issue][m.Issue.objects.get(pk=ids["issue"]).pk]
+        issue = self.rows[m.Issue][str(m.Issue.objects.get(pk=ids["issue"]).pk)]  # ids as text
         issue.title = "A task"
         self.baseline[(m.Issue, issue.pk)]["title"] = "A task"
 
