@@ -71,7 +71,7 @@ def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> 
     recorded for it is validated against its sandbox (docs/rules.md, proof; issue 10 item
     8): one naming another sandbox is named in the answer's warnings and
     audited. It stays (receipts are append-only) but proves nothing: every
-    check matches a receipt on run, lease AND provider_lease_id. 1 query."""
+    check matches a receipt on run, lease AND provider_lease_id. At most 1 query."""
     upserted: dict[Id, int] = {}
     for event in events:
         if isinstance(event.data, s.LeaseUpserted):
@@ -88,13 +88,7 @@ def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> 
     }
     if not sandbox:
         return
-    mismatched = (
-        Receipt.objects.filter(lease_id__in=list(sandbox), kind__in=PROVIDER_RECEIPT_KINDS)
-        .values_list("id", "lease_id", "provider_lease_id", "request_id", "kind")
-        .order_by("confirmed_at")
-    )
-    for receipt_id, lease_uuid, named, request_id, kind in mismatched:
-        lease_id = str(lease_uuid)
+    for receipt_id, lease_id, named, request_id, kind in _recorded_receipts(uow, sandbox):
         if named == sandbox[lease_id]:
             continue
         message = (
@@ -108,8 +102,41 @@ def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> 
             obj=Receipt(pk=receipt_id, provider_lease_id=sandbox[lease_id]),
             reason=message,
             before={"provider_lease_id": named},
-            after={"lease_provider_lease_id": sandbox[lease_id], "lease": lease_id},
+            after={"lease_provider_lease_id": sandbox[lease_id], "lease": str(lease_id)},
         )
+
+
+def _recorded_receipts(uow: _UnitOfWork, leases: dict[Id, str]) -> list[tuple]:
+    """(id, lease id, sandbox, request id, kind) of every provider receipt
+    recorded for these leases, by confirmation time.
+
+    A lease row this batch inserted itself had no row before it, so the only
+    receipts that can name it are this batch's own: they are read from the
+    batch. The others (a placeholder row before the batch, or a row another
+    batch inserted meanwhile) are read from the database, in one query."""
+    ours = uow.inserted[EnvironmentLease]
+    stored = [pk for pk in leases if pk not in ours]
+    found: list[tuple] = []
+    seen: set[tuple] = set()
+    for r in uow.receipts:
+        lease, kind, request_id = key = (r["lease_id"], r["kind"], r["request_id"])
+        if lease not in leases or lease not in ours or kind not in PROVIDER_RECEIPT_KINDS:
+            continue
+        if key not in seen:  # a repeat (same lease, kind and request) is not inserted
+            seen.add(key)
+            found.append(
+                (r["confirmed_at"], r["id"], lease, r["provider_lease_id"], request_id, kind)
+            )
+    if stored:
+        rows = Receipt.objects.filter(lease_id__in=stored, kind__in=PROVIDER_RECEIPT_KINDS)
+        found += [
+            (confirmed_at, pk, str(lease), named, request_id, kind)
+            for confirmed_at, pk, lease, named, request_id, kind in rows.values_list(
+                "confirmed_at", "id", "lease_id", "provider_lease_id", "request_id", "kind"
+            )
+        ]
+    found.sort(key=lambda receipt: receipt[0])
+    return [receipt[1:] for receipt in found]
 
 
 def _apply_batch(source: str, events: list[Event], actor: Any) -> BatchResult:

@@ -102,6 +102,8 @@ class _UnitOfWork:
         self.new: dict[Mirrored, set[Id]] = defaultdict(set)
         # Rows an upsert applied to, and the columns the batch set on each.
         self.sent: dict[Mirrored, dict[Id, set[str]]] = defaultdict(dict)
+        # Rows this batch inserted (not another batch meanwhile), once written.
+        self.inserted: dict[Mirrored, set[Id]] = defaultdict(set)
         self.receipts: list[dict[str, Any]] = []
         self.errors: list[EventError] = []
         self.warnings: list[EventError] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
@@ -152,8 +153,11 @@ def _write_rows(uow: _UnitOfWork, model: Mirrored) -> None:
     # for each other in one order, never in a cycle.
     new = sorted(pk for pk in rows if pk in uow.new[model])
     # PostgreSQL's INSERT fills in the defaults itself (`_insert`).
-    full = [rows[pk].values if _postgres() else _full_row(model, rows[pk]) for pk in new]
-    inserted = _insert(model, full, ignore_conflicts=True, returning=("id",))
+    if _postgres():
+        full = [rows[pk].values for pk in new]
+    else:
+        full = [_full_row(model, rows[pk]) for pk in new]
+    inserted = uow.inserted[model] = _insert(model, full, ignore_conflicts=True, returning=("id",))
     # A new row another batch inserted first is updated like an existing one.
     changed = [pk for pk in sent if pk not in inserted]
     if changed:
@@ -165,6 +169,64 @@ def _field(model: type[models.Model], name: str) -> models.Field:
     if not isinstance(field, models.Field):  # pragma: no cover - attnames only
         raise TypeError(f"{model.__name__}.{name} is not a column")
     return field
+
+
+@dataclass(frozen=True)
+class _InsertPlan:
+    sql: str
+    # Every staged column's default, by column: a row's document is these,
+    # overlaid with the row's own values.
+    base: dict[str, Any]
+    # (column, attname) of the columns whose name differs from their attname.
+    renamed: tuple[tuple[str, str], ...]
+
+    def document(self, rows: list[dict[str, Any]]) -> str:
+        base = self.base
+        if not self.renamed:
+            return _document([{**base, **row} for row in rows])
+        out = []
+        for row in rows:
+            values = {**base, **row}
+            for column, name in self.renamed:
+                values[column] = row.get(name, base[column])
+            out.append(values)
+        return _document(out)
+
+
+_PLANS: dict[tuple[type[models.Model], bool, tuple[str, ...]], _InsertPlan] = {}
+
+
+def _insert_plan(
+    model: type[models.Model], ignore_conflicts: bool, returning: tuple[str, ...]
+) -> _InsertPlan:
+    """The INSERT statement of a model and how its rows become its document
+    (built once per model, not per batch)."""
+    key = (model, ignore_conflicts, returning)
+    if key in _PLANS:
+        return _PLANS[key]
+    fields = _fields(model)
+    computed = _COLUMN_SQL.get(cast(Mirrored, model), {})
+    staged = [f for f in fields if not _is_timestamp(f)]
+    values = [
+        "clock_timestamp()" if _is_timestamp(f) else computed.get(f.attname, f"r.{_qn(f.column)}")
+        for f in fields
+    ]
+    record = _record_type((f.column, f.db_type(connection) or "text") for f in staged)
+    sql = (
+        f"INSERT INTO {_qn(model._meta.db_table)} ({', '.join(_qn(f.column) for f in fields)}) "
+        f"SELECT {', '.join(values)} FROM json_to_recordset(%s::json) AS r({record})"
+    )
+    if ignore_conflicts:
+        sql += " ON CONFLICT DO NOTHING"
+    if returning:  # as text: ids as the fold keys them
+        sql += " RETURNING " + ", ".join(f"{_qn(c)}::text" for c in returning)
+    defaults = _defaults(model)
+    plan = _PLANS[key] = _InsertPlan(
+        sql=sql,
+        base={f.column: defaults[f.attname] for f in staged},
+        renamed=tuple((f.column, f.attname) for f in staged if f.column != f.attname),
+    )
+    return plan
 
 
 def _insert(
@@ -186,29 +248,9 @@ def _insert(
         objs = [model(**row) for row in rows]
         model._default_manager.bulk_create(objs, ignore_conflicts=ignore_conflicts)
         return {str(row.get("id")) for row in rows}
-    fields = _fields(model)
-    computed = _COLUMN_SQL.get(cast(Mirrored, model), {})
-    staged = [f for f in fields if not _is_timestamp(f)]
-    values = [
-        "clock_timestamp()" if _is_timestamp(f) else computed.get(f.attname, f"r.{_qn(f.column)}")
-        for f in fields
-    ]
-    record = _record_type((f.column, f.db_type(connection) or "text") for f in staged)
-    sql = (
-        f"INSERT INTO {_qn(model._meta.db_table)} ({', '.join(_qn(f.column) for f in fields)}) "
-        f"SELECT {', '.join(values)} FROM json_to_recordset(%s::json) AS r({record})"
-    )
-    if ignore_conflicts:
-        sql += " ON CONFLICT DO NOTHING"
-    if returning:  # as text: ids as the fold keys them
-        sql += " RETURNING " + ", ".join(f"{_qn(c)}::text" for c in returning)
-    defaults = _defaults(model)
-    columns = [(f.column, f.attname, defaults[f.attname]) for f in staged]
-    document = _document(
-        {column: row.get(name, default) for column, name, default in columns} for row in rows
-    )
+    plan = _insert_plan(model, ignore_conflicts, returning)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [document])
+        cursor.execute(plan.sql, [plan.document(rows)])
         if not returning:
             return set()
         return {r[0] for r in cursor.fetchall()}

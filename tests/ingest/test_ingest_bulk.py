@@ -205,3 +205,41 @@ def test_the_superseded_flag_follows_bulk_writes():
     ingest([again])
     assert not m.EnvironmentLease.objects.get(pk=ids_a["lease"]).superseded
     assert m.EnvironmentLease.objects.get(pk=ids_b["lease"]).superseded
+
+
+def receipt_for(ids: dict, sandbox: str, request_id: str, at: str = T0) -> dict:
+    return event(
+        "receipt.recorded",
+        {
+            "lease_id": ids["lease"],
+            "kind": "stop_and_retain",
+            "run_id": ids["run"],
+            "provider_lease_id": sandbox,
+            "confirmed_at": at,
+            "request_id": request_id,
+        },
+    )
+
+
+@pytest.mark.parametrize("receipts_first", ["in the same batch", "in an earlier batch"])
+def test_early_receipts_naming_another_sandbox_are_named_once_each(receipts_first):
+    # Checked from the batch when the lease row is new, from the database when
+    # a placeholder row was there before: the same warnings, in confirmation order.
+    ids, events = graph(sandbox="sbx-right")
+    early = [
+        receipt_for(ids, "sbx-wrong", "req-b", at=T2),
+        receipt_for(ids, "sbx-right", "req-ok"),
+        receipt_for(ids, "sbx-wrong", "req-a", at=T1),
+        receipt_for(ids, "sbx-wrong", "req-a", at=T1),  # the same receipt again
+    ]
+    if receipts_first == "in the same batch":
+        result = ingest(early + events)
+    else:
+        ingest(early)
+        result = ingest(events)
+    messages = [w.message for w in result.warnings if w.path == "data.provider_lease_id"]
+    assert [m_.split()[2] for m_ in messages] == ["req-a", "req-b"], messages
+    assert all("'sbx-wrong'" in m_ and "'sbx-right'" in m_ for m_ in messages)
+    audited = m.AuditEvent.objects.filter(action="receipt.sandbox_mismatch")
+    assert audited.count() == 2
+    assert m.Receipt.objects.count() == 3
