@@ -243,3 +243,41 @@ def test_early_receipts_naming_another_sandbox_are_named_once_each(receipts_firs
     audited = m.AuditEvent.objects.filter(action="receipt.sandbox_mismatch")
     assert audited.count() == 2
     assert m.Receipt.objects.count() == 3
+
+
+def test_the_superseded_refresh_is_planned_for_the_table_as_it_is_now():
+    # Migration 0015. The test runs in one transaction, like a load_events file:
+    # ANALYZE never sees these rows. The trigger first runs for a hundred
+    # sandboxes on a nearly empty table (where a scan is the cheaper plan);
+    # after thousands more rows, a batch's refresh must look up its sandboxes
+    # by index, not scan the table (a plan kept from the first run would: every
+    # batch then costs more than the one before).
+    ingest(batch_of(1000))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO sandboxes_environmentlease (id, placeholder, created_at, updated_at, "
+            "provider, provider_lease_id, status, lease_policy, acquired_at, failure_reason, "
+            "metadata, superseded) SELECT gen_random_uuid(), false, now(), now(), 'daytona', "
+            "'bulk-' || i, 'expired', 'ephemeral', now(), '', '{}', false "
+            "FROM generate_series(1, 5000) i"
+        )
+    plans: list[str] = []
+
+    def note(diagnostic):
+        plans.append(diagnostic.message_primary or "")
+
+    connection.connection.add_notice_handler(note)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("LOAD 'auto_explain'")
+            cursor.execute("SET LOCAL auto_explain.log_min_duration = 0")
+            cursor.execute("SET LOCAL auto_explain.log_nested_statements = on")
+            cursor.execute("SET LOCAL client_min_messages = log")
+        ingest(batch_of(1000))
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL client_min_messages = notice")
+    finally:
+        connection.connection.remove_notice_handler(note)
+    [refresh] = [p for p in plans if "UPDATE sandboxes_environmentlease l SET superseded" in p]
+    assert "Seq Scan on sandboxes_environmentlease l" not in refresh, refresh
+    assert "Index Scan using lease_sandbox_newest on sandboxes_environmentlease l" in refresh
