@@ -102,7 +102,7 @@ def any_sandbox_id(value: str) -> str:
     (paperclipai/paperclip environment_leases.provider_lease_id is free text),
     which the console's URLs carry percent-encoded. No segment may be `.` or
     `..`, which URL and path libraries rewrite into another place."""
-    if any(part in (".", "..") for part in value.split("/")):
+    if "." in value and any(part in (".", "..") for part in value.split("/")):
         raise ValueError(f"{value!r} is not a sandbox id: it has a '.' or '..' segment")
     return value
 

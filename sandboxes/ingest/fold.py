@@ -3,9 +3,12 @@ the rows are read once, then each event is applied in batch order, in memory,
 on plain values (no model instances)."""
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID, uuid4
+
+from pydantic import TypeAdapter
 
 from sandboxes.models import (
     Environment,
@@ -64,6 +67,9 @@ _LOADED: dict[Mirrored, tuple[str, ...]] = {
     LeaseIntent: (*_ALWAYS, "request_id"),
     RecoveryAction: (*_ALWAYS, "lease_id", "evidence"),
 }
+
+# A workspace's manifest as stored: path -> {sha256, size}, in one call.
+_MANIFEST: TypeAdapter[dict[str, s.ManifestEntry]] = TypeAdapter(dict[str, s.ManifestEntry])
 
 _ENV_DEFAULTS = ("driver", "retirement_mode", "max_retirements_per_pass", "workspace_root")
 
@@ -334,7 +340,7 @@ def _apply_workspace(uow: _UnitOfWork, event: Event, d: s.WorkspaceUpserted) -> 
         if field in sent:
             columns[field] = getattr(d, field)
     if d.saved_manifest is not None:
-        columns["saved_manifest"] = {p: e.model_dump() for p, e in d.saved_manifest.items()}
+        columns["saved_manifest"] = _MANIFEST.dump_python(d.saved_manifest)
     if "writer_run_id" in sent:
         columns["writer_run_id"] = _reference(uow, HeartbeatRun, d.writer_run_id)
     uow.set(ExecutionWorkspace, ws, **columns)
@@ -376,32 +382,26 @@ def _apply_export(uow: _UnitOfWork, event: Event, d: s.ExportUpserted) -> None:
     )
 
 
+_HANDLERS: dict[type, Callable[[_UnitOfWork, Event, Any], None]] = {
+    s.EnvironmentUpserted: _apply_environment,
+    s.IssueUpserted: _apply_issue,
+    s.WorkspaceUpserted: _apply_workspace,
+    s.RunUpserted: _apply_run,
+    s.LeaseUpserted: _apply_lease,
+    s.LeaseReleased: _apply_release,
+    s.ReceiptRecorded: _apply_receipt,
+    s.IntentUpserted: _apply_intent,
+    s.ExportUpserted: _apply_export,
+    s.RecoveryActionUpserted: _apply_recovery_action,
+}
+assert set(_HANDLERS) == set(s.EVENT_TYPES.values()), "one handler per event type"
+# The same for the fast path's schemas (`SCHEMA_OF`): one dict lookup an event.
+_HANDLER_OF = {fast: _HANDLERS[schema] for fast, schema in s.SCHEMA_OF.items()}
+
+
 def _apply(uow: _UnitOfWork, event: Event) -> None:
     """Fold one event into the rows: one handler per event type."""
-    d = event.data
-    match d:
-        case s.EnvironmentUpserted():
-            _apply_environment(uow, event, d)
-        case s.IssueUpserted():
-            _apply_issue(uow, event, d)
-        case s.WorkspaceUpserted():
-            _apply_workspace(uow, event, d)
-        case s.RunUpserted():
-            _apply_run(uow, event, d)
-        case s.LeaseUpserted():
-            _apply_lease(uow, event, d)
-        case s.LeaseReleased():
-            _apply_release(uow, event, d)
-        case s.ReceiptRecorded():
-            _apply_receipt(uow, event, d)
-        case s.IntentUpserted():
-            _apply_intent(uow, event, d)
-        case s.ExportUpserted():
-            _apply_export(uow, event, d)
-        case s.RecoveryActionUpserted():
-            _apply_recovery_action(uow, event, d)
-        case _:  # pragma: no cover - validate_batch admits only known types
-            raise TypeError(f"unhandled event {event.type}")
+    _HANDLER_OF[type(event.data)](uow, event, event.data)
 
 
 def _referenced_ids(events: list[Event]) -> dict[Mirrored, set[Id]]:

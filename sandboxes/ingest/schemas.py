@@ -317,7 +317,9 @@ def _envelope(type_: str) -> type[BaseModel]:
             "model_config": _FAST,
             "__module__": __name__,
             "__annotations__": {
-                "id": Envelope.model_fields["id"].rebuild_annotation(),
+                # From JSON a str field takes only a string: `_require_str`,
+                # the detailed path's check, would only check it again.
+                "id": Annotated[str, Field(min_length=1, max_length=200)],
                 "type": Literal.__getitem__(type_),
                 "occurred_at": Timestamp,
                 "data": _FAST_TYPES[type_],
