@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 
 from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.ingest.apply import BatchRejected
+from sandboxes.ingest.pause import collection_paused
 from sandboxes.ingest.schemas import (
     Event,
     TooDeep,
@@ -46,6 +47,12 @@ def events(request):
         body = b"x" * (settings.INGEST_MAX_BYTES + 1)
     if len(body) > settings.INGEST_MAX_BYTES:
         return _error(413, f"body is larger than {settings.INGEST_MAX_BYTES} bytes")
+    with collection_paused():
+        return _ingest(request, body)
+
+
+def _ingest(request, body: bytes) -> JsonResponse:
+    """Validate and apply one body (`events`' checks of the request passed)."""
     batch = fast_validate_body(body, max_events=settings.INGEST_MAX_EVENTS)
     if batch is None:
         # Something is amiss: the detailed path names it (and its messages are the contract).

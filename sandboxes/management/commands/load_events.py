@@ -7,6 +7,7 @@ from django.db import transaction
 
 from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.ingest.apply import BatchRejected
+from sandboxes.ingest.pause import collection_paused
 from sandboxes.ingest.schemas import decode_json, fast_validate_lines, may_hold_unstorable_text
 
 # Errors kept for the report: a file of garbage must not fill memory with messages.
@@ -57,11 +58,13 @@ class Command(BaseCommand):
                 with transaction.atomic():
                     for chunk in _batches(fh, batch_size):
                         lines = chunk[-1][0]
-                        batch, line_of = self._validate(chunk, batch_size)
+                        with collection_paused():
+                            batch, line_of = self._validate(chunk, batch_size)
                         if self.error_count:
                             continue  # nothing will be loaded; keep naming bad lines
                         try:
-                            result = apply_events(source, batch)
+                            with collection_paused():
+                                result = apply_events(source, batch)
                         except BatchRejected as rejected:
                             for e in rejected.errors:
                                 lineno = line_of[e.index] if e.index is not None else None
