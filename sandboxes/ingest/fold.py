@@ -118,12 +118,12 @@ class _UnitOfWork:
         self.policy_owned: set[Id] = set()
 
     def load(self, wanted: dict[Mirrored, set[Id]]) -> None:
-        """Read (and lock, in id order) every row the batch names: one query a table."""
-        for model, ids in wanted.items():
-            if not ids:
-                continue
-            columns = _LOADED.get(model, _ALWAYS)
-            for values in _read_rows(model, columns, ids):
+        """Read (and lock, in id order) every row the batch names: one query."""
+        reads = [(model, _LOADED.get(model, _ALWAYS), ids) for model, ids in wanted.items() if ids]
+        if not reads:
+            return
+        for (model, _, _), rows in zip(reads, _read_rows(reads), strict=True):
+            for values in rows:
                 pk = values["id"]
                 self.rows[model][pk] = _Row(values)
                 self.baseline[(model, pk)] = dict(values)

@@ -7,6 +7,7 @@ On PostgreSQL the rows travel as one JSON document per statement
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -96,26 +97,75 @@ def _record_type(columns: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{_qn(name)} {db_type}" for name, db_type in columns)
 
 
-def _read_rows(model: Mirrored, columns: tuple[str, ...], ids: set[Id]) -> Iterable[dict[str, Any]]:
-    """The rows with these ids (canonical strings), locked in id order; each
-    row's id comes back as the same string."""
+# Columns every read has, in this order, first (`fold._ALWAYS`).
+_SHARED = ("id", "placeholder", "source_updated_at")
+Read = tuple[Mirrored, tuple[str, ...], set["Id"]]
+
+
+def _read_rows(reads: list[Read]) -> list[list[dict[str, Any]]]:
+    """The rows with these ids (canonical strings), per read (model, columns,
+    ids), each row's id back as the same string; locked, table by table in
+    name order and in id order within each, so that batches lock in one order.
+    On PostgreSQL in one statement for every table (`_read_sql`)."""
     if not _postgres():
-        rows = list(model._default_manager.filter(pk__in=ids).values(*columns))
-        for row in rows:
-            row["id"] = str(row["id"])
-        return rows
-    table = _qn(model._meta.db_table)
-    select = ", ".join(
-        f"t.{_qn(_field(model, c).column)}" + ("::text" if c == "id" else "") for c in columns
-    )
-    literal = "{" + ",".join(map(str, ids)) + "}"
+        return [_read_rows_orm(model, columns, ids) for model, columns, ids in reads]
+    order = sorted(range(len(reads)), key=lambda i: reads[i][0]._meta.db_table)
+    sql, where = _read_sql(tuple((reads[i][0], reads[i][1]) for i in order))
+    params = ["{" + ",".join(map(str, reads[i][2])) + "}" for i in order]
+    out: list[list[dict[str, Any]]] = [[] for _ in reads]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {select} FROM {table} AS t WHERE t.{_qn('id')} = ANY(%s::uuid[]) "
-            f"ORDER BY t.{_qn('id')} FOR UPDATE",
-            [literal],
+        cursor.execute(sql, params)
+        for row in cursor.fetchall():
+            n = row[0]
+            columns = reads[order[n]][1]
+            out[order[n]].append({c: row[p] for c, p in zip(columns, where[n], strict=True)})
+    return out
+
+
+@functools.cache
+def _read_sql(
+    reads: tuple[tuple[Mirrored, tuple[str, ...]], ...],
+) -> tuple[str, list[list[int]]]:
+    """The statement reading these tables' rows (one id array parameter each,
+    in this order), and where each table's columns are in a result row (after
+    its number in `reads`, in column 0).
+
+    Each table's rows come from a WITH query that locks them; the queries'
+    rows are side by side in one UNION ALL: the shared columns first, then
+    one place per table's own column, NULL in the other tables' rows."""
+    own = [(i, c) for i, (_, columns) in enumerate(reads) for c in columns if c not in _SHARED]
+    place = {key: 1 + len(_SHARED) + n for n, key in enumerate(own)}
+    ctes, selects = [], []
+    for i, (model, columns) in enumerate(reads):
+        assert columns[: len(_SHARED)] == _SHARED, columns
+        # The id as text: ids as the fold keys them.
+        picked = [f"t.{_qn('id')}::text AS id"]
+        picked += [f"t.{_qn(_field(model, c).column)}" for c in columns[1:]]
+        ctes.append(
+            f"r{i} AS (SELECT {', '.join(picked)} FROM {_qn(model._meta.db_table)} AS t "
+            f"WHERE t.{_qn('id')} = ANY(%s::uuid[]) ORDER BY t.{_qn('id')} FOR UPDATE)"
         )
-        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        values = [f"r{i}.{_qn(_field(model, c).column)}" for c in _SHARED[1:]]
+        values += [
+            f"r{i}.{_qn(_field(model, c).column)}"
+            if j == i
+            else f"NULL::{_field(reads[j][0], c).db_type(connection)}"
+            for j, c in own
+        ]
+        selects.append(f"SELECT {i}, r{i}.id, {', '.join(values)} FROM r{i}")
+    sql = f"WITH {', '.join(ctes)} {' UNION ALL '.join(selects)}"
+    where = [
+        [1 + _SHARED.index(c) if c in _SHARED else place[(i, c)] for c in columns]
+        for i, (_, columns) in enumerate(reads)
+    ]
+    return sql, where
+
+
+def _read_rows_orm(model: Mirrored, columns: tuple[str, ...], ids: set[Id]) -> list[dict[str, Any]]:
+    rows = list(model._default_manager.filter(pk__in=ids).values(*columns))
+    for row in rows:
+        row["id"] = str(row["id"])
+    return rows
 
 
 def _record_event_ids(source: str, events: list[Event]) -> set[str]:
@@ -123,11 +173,15 @@ def _record_event_ids(source: str, events: list[Event]) -> set[str]:
     (one INSERT … ON CONFLICT DO NOTHING RETURNING: a concurrent batch carrying
     the same id waits for the other to commit, then finds it a duplicate).
     Rolled back with the batch if it is refused."""
-    rows = [{"source": source, "event_id": e.id, "type": e.type} for e in events]
-    if not rows:
+    if not events:
         return set()
     if _postgres():
-        return _insert(IngestedEvent, rows, ignore_conflicts=True, returning=("event_id",))
+        # The source once, as a parameter, not in each of the document's rows.
+        document = _document({"event_id": e.id, "type": e.type} for e in events)
+        with connection.cursor() as cursor:
+            cursor.execute(_record_ids_sql(), [source, document])
+            return {r[0] for r in cursor.fetchall()}
+    rows = [{"source": source, "event_id": e.id, "type": e.type} for e in events]
     ids = [e.id for e in events]
     seen = set(
         IngestedEvent.objects.filter(source=source, event_id__in=ids).values_list(
@@ -137,6 +191,25 @@ def _record_event_ids(source: str, events: list[Event]) -> set[str]:
     unique = {row["event_id"]: row for row in rows if row["event_id"] not in seen}
     _insert(IngestedEvent, list(unique.values()), ignore_conflicts=False)
     return set(unique)
+
+
+@functools.cache
+def _record_ids_sql() -> str:
+    fields = {f.attname: f for f in _fields(IngestedEvent)}
+    source, event_id, type_, received_at = (
+        _qn(fields[name].column) for name in ("source", "event_id", "type", "received_at")
+    )
+    record = _record_type(
+        (fields[name].column, fields[name].db_type(connection) or "text")
+        for name in ("event_id", "type")
+    )
+    return (
+        f"INSERT INTO {_qn(IngestedEvent._meta.db_table)} "
+        f"({source}, {event_id}, {type_}, {received_at}) "
+        f"SELECT %s, r.{event_id}, r.{type_}, clock_timestamp() "
+        f"FROM json_to_recordset(%s::json) AS r({record}) "
+        f"ON CONFLICT DO NOTHING RETURNING {event_id}"
+    )
 
 
 def _full_row(model: Mirrored, row: _Row) -> dict[str, Any]:
