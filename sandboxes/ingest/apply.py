@@ -33,7 +33,7 @@ from sandboxes.models.choices import PROVIDER_RECEIPT_KINDS
 from . import schemas as s
 from .fold import Id, _apply, _check_references, _referenced_ids, _UnitOfWork
 from .schemas import Event, EventError
-from .sql import _insert, _record_event_ids, _write_rows
+from .sql import _record_event_ids, _write_rows
 
 
 @dataclass(frozen=True)
@@ -158,10 +158,7 @@ def _apply_batch(source: str, events: list[Event], actor: Any) -> BatchResult:
             _apply(uow, event)
         if uow.errors:
             raise BatchRejected(uow.errors)
-        for model in list(uow.rows):
-            _write_rows(uow, model)
-        if uow.receipts:
-            _insert(Receipt, uow.receipts, ignore_conflicts=True)
+        _write_rows(uow, uow.receipts)
         _check_early_receipts(uow, fresh, actor)
     return BatchResult(
         accepted=len(fresh), duplicates=len(events) - len(fresh), warnings=tuple(uow.warnings)

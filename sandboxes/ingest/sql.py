@@ -20,7 +20,7 @@ from uuid import UUID
 from django.db import connection, models
 from django.utils import timezone
 
-from sandboxes.models import EnvironmentLease, IngestedEvent
+from sandboxes.models import EnvironmentLease, IngestedEvent, Receipt
 from sandboxes.models.mirror import MirroredModel
 from sandboxes.release import release_status, release_status_sql
 
@@ -216,25 +216,59 @@ def _full_row(model: Mirrored, row: _Row) -> dict[str, Any]:
     return {**_defaults(model), **row.values}
 
 
-def _write_rows(uow: _UnitOfWork, model: Mirrored) -> None:
-    """New rows in one INSERT (a row only named stays a placeholder, and never
-    overwrites a row a concurrent batch inserted meanwhile); rows that existed
-    in one UPDATE of the columns the batch set, where the batch is not older."""
-    rows = uow.rows[model]
-    sent = uow.sent[model]
+def _write_rows(uow: _UnitOfWork, receipts: list[dict[str, Any]]) -> None:
+    """Every table's new rows and the batch's receipts, then each table's rows
+    that existed.
+
+    New rows are inserted ON CONFLICT DO NOTHING (a row only named stays a
+    placeholder, and never overwrites a row a concurrent batch inserted
+    meanwhile), on PostgreSQL all in one statement (`_insert_all`); rows that
+    existed, and new rows another batch inserted first, get one UPDATE per
+    table of the columns the batch set, where the batch is not older."""
+    models = sorted(uow.rows, key=lambda model: model._meta.db_table)
     # In id order, like the read: two batches inserting the same new ids wait
     # for each other in one order, never in a cycle.
-    new = sorted(pk for pk in rows if pk in uow.new[model])
-    # PostgreSQL's INSERT fills in the defaults itself (`_insert`).
+    new = {model: sorted(pk for pk in uow.rows[model] if pk in uow.new[model]) for model in models}
     if _postgres():
-        full = [rows[pk].values for pk in new]
+        # PostgreSQL's INSERT fills in the defaults itself (`_insert_plan`).
+        inserts = [(m, [uow.rows[m][pk].values for pk in new[m]]) for m in models if new[m]]
+        uow.inserted.update(_insert_all(inserts, receipts))
     else:
-        full = [_full_row(model, rows[pk]) for pk in new]
-    inserted = uow.inserted[model] = _insert(model, full, ignore_conflicts=True, returning=("id",))
-    # A new row another batch inserted first is updated like an existing one.
-    changed = [pk for pk in sent if pk not in inserted]
-    if changed:
-        _update(model, [(rows[pk], sent[pk]) for pk in changed])
+        for model in models:
+            full = [_full_row(model, uow.rows[model][pk]) for pk in new[model]]
+            uow.inserted[model] = _insert(model, full, ignore_conflicts=True, returning=("id",))
+        _insert(Receipt, receipts, ignore_conflicts=True)
+    for model in models:
+        rows, sent = uow.rows[model], uow.sent[model]
+        changed = [pk for pk in sent if pk not in uow.inserted[model]]
+        if changed:
+            _update(model, [(rows[pk], sent[pk]) for pk in changed])
+
+
+def _insert_all(
+    inserts: list[tuple[Mirrored, list[dict[str, Any]]]], receipts: list[dict[str, Any]]
+) -> dict[Mirrored, set[Id]]:
+    """Each table's new rows (ON CONFLICT DO NOTHING) and the receipts in one
+    statement, a WITH query each; the ids each table's INSERT inserted."""
+    if not inserts:
+        _insert(Receipt, receipts, ignore_conflicts=True)
+        return {}
+    ctes, params = [], []
+    for k, (model, rows) in enumerate(inserts):
+        plan = _insert_plan(model, True, ())
+        ctes.append(f"i{k} AS ({plan.sql} RETURNING {k} AS k, {_qn('id')}::text AS id)")
+        params.append(plan.document(rows))
+    if receipts:
+        plan = _insert_plan(Receipt, True, ())
+        ctes.append(f"receipts AS ({plan.sql})")
+        params.append(plan.document(receipts))
+    union = " UNION ALL ".join(f"SELECT k, id FROM i{k}" for k in range(len(inserts)))
+    inserted: dict[Mirrored, set[Id]] = {model: set() for model, _ in inserts}
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {', '.join(ctes)} {union}", params)
+        for k, pk in cursor.fetchall():
+            inserted[inserts[k][0]].add(pk)
+    return inserted
 
 
 def _field(model: type[models.Model], name: str) -> models.Field:
