@@ -1,21 +1,24 @@
 """Applies a validated batch in one transaction, set-based, with a fixed number
 of queries whatever the batch's size (docs/architecture.md, "Recorded").
 
-1. The rows the batch names are read once, only the columns the fold needs
-   (locked on PostgreSQL, in id order).
+1. The event ids are recorded (one INSERT; those seen before are duplicates).
+   The rows the batch names are read once, only the columns the fold needs
+   (locked on PostgreSQL, in id order; every table in one statement).
 2. The events are folded per row in memory, in batch order, on plain values
-   (no model instances): an event older than what its row already holds is
-   skipped; rows named before their own upsert become placeholders.
-3. Each table is written with one statement per kind of write: new rows in
-   one INSERT … ON CONFLICT DO NOTHING; rows that already existed in one
-   UPDATE … FROM the batch that sets only the columns each row's events sent,
-   and only where the batch's source time is not older than the row's (the
-   ordering check, in SQL); receipts and the event ids in one INSERT each.
-   The release rule (a missing status comes from the disposition) is a SQL
-   expression of the same table as `sandboxes.release.release_status`.
+   keyed by id strings (no model instances): an event older than what its row
+   already holds is skipped; rows named before their own upsert become
+   placeholders.
+3. New rows of every table and the receipts in one INSERT … ON CONFLICT DO
+   NOTHING statement (a WITH query per table); rows that already existed in
+   one UPDATE … FROM the batch per table, setting only the columns each row's
+   events sent, and only where the batch's source time is not older than the
+   row's (the ordering check, in SQL). The release rule (a missing status
+   comes from the disposition) is a SQL expression of the same table as
+   `sandboxes.release.release_status`.
 
-On PostgreSQL the rows travel as one JSON document per statement
-(`json_to_recordset`); elsewhere (the embedded SQLite) through the ORM.
+On PostgreSQL the rows travel as one JSON document per table
+(`json_to_recordset`); elsewhere (the embedded SQLite) through the ORM, a
+statement per table.
 
 The fold (steps 1-2) is `sandboxes/ingest/fold.py`; the statements (step 3)
 are `sandboxes/ingest/sql.py`.

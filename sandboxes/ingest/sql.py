@@ -1,7 +1,9 @@
-"""The database edge of the ingest apply (`sandboxes.ingest.apply`): one
-statement per table and kind of write.
+"""The database edge of the ingest apply (`sandboxes.ingest.apply`): on
+PostgreSQL one statement records the event ids, one reads every table's rows,
+one inserts every table's new rows and the receipts, and one UPDATE per table
+changes rows that existed.
 
-On PostgreSQL the rows travel as one JSON document per statement
+On PostgreSQL the rows travel as one JSON document per table
 (`json_to_recordset`); elsewhere (the embedded SQLite) through the ORM.
 """
 
