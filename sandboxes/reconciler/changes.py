@@ -51,15 +51,21 @@ RULES_VERSION = _rules_version()
 
 
 def mark() -> dict[str, Any] | None:
-    """Where a listing starts: the snapshot and highest bump. Call before its reads."""
+    """Where a listing starts: the snapshot and highest bump. Call before its reads.
+
+    The bump is also noted for the rest of the transaction (`console.listed_bump`):
+    the change-log trigger gives this transaction's row a higher bump at its next
+    write, so a write after the listing in the same transaction is seen too
+    (migration 0016: a transaction that never lists keeps its first bump)."""
     if connection.vendor != "postgresql":
         return None
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_current_snapshot()::text, "
-            "COALESCE((SELECT max(bump) FROM console_change), 0)"
+            "SELECT pg_current_snapshot()::text, seen.bump, "
+            "set_config('console.listed_bump', seen.bump::text, true) "
+            "FROM (SELECT COALESCE(max(bump), 0) AS bump FROM console_change) AS seen"
         )
-        snapshot, bump = cursor.fetchone()
+        snapshot, bump, _ = cursor.fetchone()
     return {"snapshot": snapshot, "bump": bump}
 
 

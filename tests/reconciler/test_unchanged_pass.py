@@ -282,3 +282,51 @@ def test_pruning_keeps_what_a_recent_listing_still_compares_with():
     f.PendingExportFactory(lease=lease)
     assert not run_pass().listing["reused"]
     assert m.HoldCode.EXPORT_PENDING in record_of(lease).holds
+
+
+def _own_change_row() -> tuple[int, str]:
+    """This transaction's change-log row: its bump and its tuple's place (a
+    rewrite puts the new version elsewhere)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT bump, ctid::text FROM console_change WHERE xid = pg_current_xact_id()"
+        )
+        return cursor.fetchone()
+
+
+def test_a_transaction_that_does_not_list_keeps_one_change_row_version():
+    """Migration 0016: a bulk load is one transaction of many statements; each
+    rewrite of its change-log row left a version nobody could prune until the
+    end, and every later statement walked them all (quadratic over a file)."""
+    f.EnvironmentFactory()
+    first = _own_change_row()
+    for _ in range(5):
+        f.IssueFactory()
+    assert _own_change_row() == first  # same bump, same tuple: never rewritten
+
+
+def test_a_write_after_a_listing_in_the_same_transaction_is_noticed_once():
+    f.EnvironmentFactory()
+    start = changes.mark()
+    before = _own_change_row()
+    f.IssueFactory()
+    after = _own_change_row()
+    assert after[0] > start["bump"] >= before[0]  # the listing's own transaction sees it
+    state = {**changes.listing_state(start, timezone.now(), None, 0)}
+    assert not changes.still_current(state, timezone.now())
+    f.IssueFactory()
+    assert _own_change_row() == after  # once is enough until the next listing
+    again = changes.mark()
+    f.IssueFactory()
+    assert _own_change_row()[0] > again["bump"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_listing_note_ends_with_its_transaction():
+    with transaction.atomic():
+        changes.mark()
+    with transaction.atomic():
+        f.EnvironmentFactory()
+        first = _own_change_row()
+        f.IssueFactory()
+        assert _own_change_row() == first
