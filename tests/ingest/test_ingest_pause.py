@@ -44,3 +44,26 @@ def test_a_collector_someone_turned_off_stays_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_pause_kept_up_by_overlapping_batches_still_collects(monkeypatch):
+    """Steady overlapping batches never bring the pause to an end: a batch that
+    ends after MAX_PAUSE collects once, and the clock starts again."""
+    from sandboxes.ingest import pause
+
+    clock = [1000.0]
+    collections = []
+    monkeypatch.setattr(pause.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(pause.gc, "collect", lambda *a: collections.append(clock[0]))
+    with collection_paused():  # a long-running batch on another thread
+        with collection_paused():
+            clock[0] += pause.MAX_PAUSE - 1
+        assert collections == []
+        with collection_paused():
+            clock[0] += 2
+        assert collections == [clock[0]]
+        with collection_paused():
+            clock[0] += 1
+        assert len(collections) == 1  # not again until another MAX_PAUSE
+        assert not gc.isenabled()
+    assert gc.isenabled()
