@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +62,35 @@ def manage(*args, env: dict, timeout: float = 120) -> subprocess.CompletedProces
         text=True,
         timeout=timeout,
     )
+
+
+@contextmanager
+def gunicorn(env: dict, log: Path, *, start_timeout: float) -> Iterator[str]:
+    """gunicorn as production starts it (deploy/gunicorn.conf.py), its output in
+    `log`; yields the address it listens on, stops it (SIGTERM) afterwards."""
+    with log.open("w") as out:
+        server = subprocess.Popen(
+            [PYTHON, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        url = None
+        deadline = time.monotonic() + start_timeout
+        while url is None and time.monotonic() < deadline:
+            assert server.poll() is None, log.read_text()
+            found = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", log.read_text())
+            url = found.group(1) if found else None
+            time.sleep(0.1)
+        assert url, log.read_text()
+        yield url
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -5,10 +5,7 @@ Redis as the shared cache, two workers with threads), a "proxy" on 127.0.0.1
 the whole 127/8, so a client can choose its source address."""
 
 import re
-import signal
-import subprocess
 import threading
-import time
 
 import httpx
 import pytest
@@ -17,7 +14,7 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from tests.factories import UserFactory
 
-from .helpers import PYTHON, ROOT, manage, production_env
+from .helpers import gunicorn, manage, production_env
 
 PASSWORD = "correct horse battery staple"
 REDIS_URL = "redis://127.0.0.1:6379/13"  # this suite's own database (7 is the q clusters')
@@ -56,33 +53,10 @@ def console(tmp_path, settings):
     )
     done = manage("collectstatic", "--noinput", "-v", "0", env=env)
     assert done.returncode == 0, done.stderr
-    log = tmp_path / "gunicorn.log"
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            [PYTHON, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
     try:
-        url = None
-        deadline = time.monotonic() + 60
-        while url is None and time.monotonic() < deadline:
-            assert server.poll() is None, log.read_text()
-            found = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", log.read_text())
-            url = found.group(1) if found else None
-            time.sleep(0.1)
-        assert url, log.read_text()
-        yield url
+        with gunicorn(env, tmp_path / "gunicorn.log", start_timeout=60) as url:
+            yield url
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
         r.flushdb()
 
 

@@ -2,15 +2,11 @@
 and serves the app and its static files through gunicorn and whitenoise."""
 
 import json
-import re
-import signal
-import subprocess
-import time
 
 import httpx
 import pytest
 
-from .helpers import PYTHON, ROOT, manage, production_env
+from .helpers import ROOT, gunicorn, manage, production_env
 
 
 @pytest.mark.parametrize(
@@ -68,24 +64,7 @@ def test_gunicorn_serves_the_console_and_whitenoise_its_static_files(tmp_path, s
     assert hashed != "css/console.css"
 
     log = tmp_path / "gunicorn.log"
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            [PYTHON, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        url = None
-        deadline = time.monotonic() + 30
-        while url is None and time.monotonic() < deadline:
-            assert server.poll() is None, log.read_text()
-            found = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", log.read_text())
-            url = found.group(1) if found else None
-            time.sleep(0.1)
-        assert url, log.read_text()
+    with gunicorn(env, log, start_timeout=30) as url:
         # The TLS proxy in front tells the console the request was https.
         proxy = {"X-Forwarded-Proto": "https", "Host": "console.example.com"}
         with httpx.Client(base_url=url, headers=proxy, timeout=10) as http:
@@ -113,10 +92,3 @@ def test_gunicorn_serves_the_console_and_whitenoise_its_static_files(tmp_path, s
         # Access and error logs are JSON lines.
         lines = [line for line in log.read_text().splitlines() if line.startswith("{")]
         assert any(json.loads(line)["logger"] == "gunicorn.access" for line in lines)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
