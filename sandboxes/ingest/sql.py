@@ -302,17 +302,12 @@ class _InsertPlan:
         return _document(out)
 
 
-_PLANS: dict[tuple[type[models.Model], bool, tuple[str, ...]], _InsertPlan] = {}
-
-
+@functools.cache
 def _insert_plan(
     model: type[models.Model], ignore_conflicts: bool, returning: tuple[str, ...]
 ) -> _InsertPlan:
     """The INSERT statement of a model and how its rows become its document
     (built once per model, not per batch)."""
-    key = (model, ignore_conflicts, returning)
-    if key in _PLANS:
-        return _PLANS[key]
     fields = _fields(model)
     computed = _COLUMN_SQL.get(cast(Mirrored, model), {})
     staged = [f for f in fields if not _is_timestamp(f)]
@@ -330,12 +325,11 @@ def _insert_plan(
     if returning:  # as text: ids as the fold keys them
         sql += " RETURNING " + ", ".join(f"{_qn(c)}::text" for c in returning)
     defaults = _defaults(model)
-    plan = _PLANS[key] = _InsertPlan(
+    return _InsertPlan(
         sql=sql,
         base={f.column: defaults[f.attname] for f in staged},
         renamed=tuple((f.column, f.attname) for f in staged if f.column != f.attname),
     )
-    return plan
 
 
 def _insert(
