@@ -27,6 +27,10 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "channel.test": "sent a test notification",
         "channel.delete": "deleted a notification channel",
     },
+    "Paperclip's reports (ingest and the mirror)": {
+        "lease.sandbox_moved": "a newer report moved a lease to another sandbox",
+        "receipt.sandbox_mismatch": "a receipt names another sandbox than its lease",
+    },
     "Reconciler": {
         "retirement.retired": "retired a sandbox",
         "retirement.failed": "a step failed",
@@ -35,6 +39,7 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "retirement.proof_void": "proof void: back to compare",
         "retirement.stopped": "stopped a sandbox (stop-only step)",
         "retirement.corrected": "stopped and retained after an unsuccessful run",
+        "lease.stopped_and_retained": "stopped and retained a lease's sandbox",
         "retirement.noticed": "gave notice: retired after the notice period",
     },
 }

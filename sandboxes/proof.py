@@ -7,12 +7,12 @@ Proof is one of, for this retirement and exactly this sandbox:
 - an `operator_attested` receipt on which an admin typed this sandbox's id.
 
 Proof is bound to what it saw. Each compare, export, attestation and approval
-receipt records a **fingerprint**: the lease id, the lease's run id, the newest
-receipt Paperclip reported for the sandbox (the console's own stops do not
-count), and the workspace's `saved_at`. The gate recomputes it under the row
-lock; a receipt whose fingerprint differs proves nothing ("proof void: the
-lease was resumed after the compare"), and an approval counts only for the
-proof receipt, and the fingerprint, it approved.
+receipt records a **fingerprint**: the lease id, the provider and sandbox id the
+lease names, the lease's run id, the newest receipt Paperclip reported for the
+sandbox (the console's own stops do not count), and the workspace's `saved_at`.
+The gate recomputes it under the row lock; a receipt whose fingerprint differs
+proves nothing ("proof void: the lease was resumed after the compare"), and an
+approval counts only for the proof receipt, and the fingerprint, it approved.
 
 Receipt payload conventions (written by the reconciler and the console):
 - salvage_compare: {"clean": bool, "added": [...], "changed": [...], "deleted": [...],
@@ -47,6 +47,10 @@ PAPERCLIP = "paperclip"
 # words that say what moved ("proof void: <words> after the <what>").
 FINGERPRINT_FIELDS = (
     ("lease_id", "the record names another lease"),
+    # A lease row re-sent naming another sandbox describes that sandbox from then
+    # on: nothing seen of this one before the move proves anything (docs/rules.md, proof).
+    ("provider", "the lease now names another provider"),
+    ("sandbox_id", "the lease now names another sandbox"),
     ("run_id", "the lease was resumed"),
     ("paperclip_receipt_id", "Paperclip reported a newer stop receipt"),
     ("workspace_id", "the lease moved to another workspace"),
@@ -64,6 +68,10 @@ def _fingerprint(retirement: Retirement, lease, newest) -> dict:
     workspace = lease.execution_workspace if lease is not None else None
     return {
         "lease_id": str(retirement.lease_id),
+        # What the lease names now, not what the record names: the two differ
+        # once the lease row is moved to another sandbox.
+        "provider": lease.provider if lease is not None else None,
+        "sandbox_id": lease.provider_lease_id if lease is not None else None,
         "run_id": str(lease.heartbeat_run_id) if lease and lease.heartbeat_run_id else None,
         "paperclip_receipt_id": str(newest[1]) if newest else None,
         "paperclip_receipt_at": _iso(newest[0]) if newest else None,

@@ -109,6 +109,30 @@ def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> 
         )
 
 
+def _audit_moves(uow: _UnitOfWork, actor: Any) -> None:
+    """Each lease a newer report moved to another sandbox, in the audit trail
+    (a record on the old sandbox closes on the next pass: docs/rules.md, holds).
+    One INSERT per move; moves are rare."""
+    for index, lease_id, before, after, held, at in uow.moves:
+        audit.record(
+            actor=actor,
+            action="lease.sandbox_moved",
+            obj=EnvironmentLease(pk=lease_id, provider_lease_id=after[1]),
+            reason=f"a newer report (event {index}) moved the lease from sandbox "
+            f"{before[1]!r} to {after[1]!r}",
+            before={
+                "provider": before[0],
+                "provider_lease_id": before[1],
+                "source_updated_at": held.isoformat() if held else None,
+            },
+            after={
+                "provider": after[0],
+                "provider_lease_id": after[1],
+                "source_updated_at": at.isoformat(),
+            },
+        )
+
+
 def _recorded_receipts(uow: _UnitOfWork, leases: dict[Id, str]) -> list[tuple]:
     """(id, lease id, sandbox, request id, kind) of every provider receipt
     recorded for these leases, by confirmation time.
@@ -163,6 +187,7 @@ def _apply_batch(source: str, events: list[Event], actor: Any) -> BatchResult:
             raise BatchRejected(uow.errors)
         _write_rows(uow, uow.receipts)
         _check_early_receipts(uow, fresh, actor)
+        _audit_moves(uow, actor)
     return BatchResult(
         accepted=len(fresh), duplicates=len(events) - len(fresh), warnings=tuple(uow.warnings)
     )

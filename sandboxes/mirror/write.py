@@ -22,6 +22,7 @@ from psycopg import Cursor, sql
 
 from sandboxes.logging import log_context
 from sandboxes.models import (
+    AuditEvent,
     Environment,
     EnvironmentLease,
     ExecutionWorkspace,
@@ -155,10 +156,80 @@ def _settle(rows: list[Row], report: MirrorReport) -> None:
             report.settled += cur.rowcount
 
 
-def _write_rows(rows: list[Row], report: MirrorReport) -> int:
+def _moves(rows: list[Row], report: MirrorReport, counts: TableCounts) -> list[Row]:
+    """A lease row names one sandbox; a reading naming another moves it, and only a
+    reading newer than what the console holds may (docs/rules.md, proof). Returns
+    the rows to write; a move that is not newer is skipped and reported, and each
+    move that goes ahead is audited. 1 query (the rows locked), +1 for the audit."""
+    held = {
+        pk: (provider, sandbox, at)
+        for pk, provider, sandbox, at in EnvironmentLease.objects.select_for_update()
+        .filter(pk__in=[row.pk for row in rows], placeholder=False)
+        .order_by("pk")
+        .values_list("pk", "provider", "provider_lease_id", "source_updated_at")
+    }
+    keep, moved = [], []
+    for row in rows:
+        if row.pk not in held:
+            keep.append(row)
+            continue
+        provider, sandbox, at = held[row.pk]
+        new = (row.fields["provider"], row.fields["provider_lease_id"])
+        source_at = row.fields.get("source_updated_at")
+        if new == (provider, sandbox) or (at and source_at and source_at < at):
+            keep.append(row)  # no move, or an older reading the upsert leaves alone
+        elif at is None or (source_at is not None and source_at > at):
+            keep.append(row)
+            moved.append((row, (provider, sandbox), at))
+        else:
+            _problem(
+                report,
+                counts,
+                "environment_leases",
+                row.pk,
+                f"names sandbox {new[1]!r}, but the console holds it on {sandbox!r} from a "
+                "reading at least as new: a lease moves to another sandbox only on a newer reading",
+                kind="moves a lease to another sandbox without a newer reading",
+            )
+    if moved:
+        AuditEvent.objects.bulk_create(
+            [
+                AuditEvent(
+                    actor_label="mirror",
+                    action="lease.sandbox_moved",
+                    object_type="environmentlease",
+                    object_id=str(row.pk),
+                    sandbox_id=row.fields["provider_lease_id"],
+                    reason=f"a newer reading of Paperclip moved the lease from sandbox "
+                    f"{old[1]!r} to {row.fields['provider_lease_id']!r}",
+                    before={
+                        "provider": old[0],
+                        "provider_lease_id": old[1],
+                        "source_updated_at": at.isoformat() if at else None,
+                    },
+                    after={
+                        "provider": row.fields["provider"],
+                        "provider_lease_id": row.fields["provider_lease_id"],
+                        "source_updated_at": _iso(row.fields.get("source_updated_at")),
+                    },
+                )
+                for row, old, at in moved
+            ]
+        )
+    return keep
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if isinstance(value, datetime) else None
+
+
+def _write_rows(rows: list[Row], report: MirrorReport, counts: TableCounts) -> int:
     model = rows[0].model
     if model is EnvironmentLease:
         _fill_providers(rows)
+        rows = _moves(rows, report, counts)
+        if not rows:
+            return 0
     refs: dict[type, set[UUID]] = {}
     for row in rows:
         for ref_model, ids in row.refs.items():
@@ -296,5 +367,5 @@ def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
                     "quarantined",
                     row.quarantine_kind,
                 )
-        written = _write_rows(translated, report)
+        written = _write_rows(translated, report, counts)
         counts.applied += max(0, written - quarantined)

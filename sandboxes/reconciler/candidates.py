@@ -321,6 +321,11 @@ def _listable(environment_id=None) -> QuerySet:
     return qs
 
 
+# Why a record closes when its lease row is re-sent naming another sandbox: the
+# row now describes that sandbox, which is listed on its own (docs/rules.md, holds).
+LEASE_MOVED = "the lease now names another sandbox"
+
+
 @dataclass(frozen=True)
 class Candidate:
     lease_id: uuid.UUID
@@ -330,6 +335,11 @@ class Candidate:
     retirement_mode: str
     kind: str | None
     facts: LeaseFacts
+
+    def names(self, provider: str, provider_lease_id: str) -> bool:
+        """Whether the judged lease row still names this sandbox: its facts are
+        about the sandbox the row names now, and only then about this one."""
+        return (self.provider, self.provider_lease_id) == (provider, provider_lease_id)
 
 
 def _to_candidate(row: tuple) -> Candidate:
@@ -449,6 +459,16 @@ def judge_leases(lease_ids) -> dict[uuid.UUID, Candidate]:
         rows = annotated_leases().filter(GRAPH_COMPLETE, pk__in=ids).values_list(*FACT_FIELDS)
         judged = [_to_candidate(row) for row in rows]
     return {candidate.lease_id: candidate for candidate in judged}
+
+
+def sandbox_rows(provider: str, provider_lease_id: str) -> dict[uuid.UUID, str]:
+    """{lease id: status} of every lease row naming this sandbox: what the destroy
+    gate judges, whatever lease the record started from. 1 query."""
+    return dict(
+        EnvironmentLease.objects.filter(
+            provider=provider, provider_lease_id=provider_lease_id
+        ).values_list("pk", "status")
+    )
 
 
 def judge_lease_locked(lease_id) -> Candidate | None:

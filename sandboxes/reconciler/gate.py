@@ -2,8 +2,9 @@
 
 `authorize_destroy` is asked under the record's row lock by
 `steps.retire_sandbox`, the only caller of a provider destroy. It refuses
-unless the lease is still a candidate of a kind that may be destroyed, no hold
-applies, the environment is not in observe mode, the proof stands for the
+unless the lease is still a candidate of a kind that may be destroyed and still
+names the sandbox about to be destroyed, no hold applies (judged from every
+lease row naming that sandbox), the environment is not in observe mode, the proof stands for the
 sandbox as it is now, manual mode has an approval for this proof, and a notice
 for this proof has run out.
 """
@@ -14,7 +15,7 @@ import time
 
 from sandboxes import audit
 from sandboxes.models import AuditEvent, Receipt, Retirement
-from sandboxes.models.choices import ReceiptKind, RetirementMode, Stage
+from sandboxes.models.choices import SHARING_STATUSES, ReceiptKind, RetirementMode, Stage
 from sandboxes.proof import (
     PROOF_KINDS,
     Proof,
@@ -26,7 +27,7 @@ from sandboxes.proof import (
 from sandboxes.providers.base import SandboxState, TransientProviderError
 
 from . import decide
-from .candidates import Candidate
+from .candidates import LEASE_MOVED, Candidate, sandbox_rows
 from .holds import STOP_ONLY_KINDS, compute_holds
 from .records import iso
 
@@ -85,6 +86,7 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
         raise DestroyRefused("the sandbox is no longer a candidate")
     if cand.kind in STOP_ONLY_KINDS or r.kind in STOP_ONLY_KINDS:
         raise DestroyRefused(f"{cand.kind} allows a stop only, never a destroy")
+    _judge_the_sandbox(r, cand)
     holds = compute_holds(
         cand.facts, cand.kind, operator_hold_reason=r.operator_hold_reason, now=now
     )
@@ -108,6 +110,23 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
         if r.retire_after is None or r.retire_after > now:
             raise DestroyRefused(f"notice period: not before {iso(r.retire_after)}")
     return proof.reason
+
+
+def _judge_the_sandbox(r: Retirement, cand: Candidate) -> None:
+    """The destroy targets the record's sandbox: judge that one. The candidate's
+    facts describe the sandbox its lease names now, so they count only while it
+    is the same; and every lease row naming the record's sandbox is read again,
+    so another lease using it holds it whatever the record's lease says."""
+    if not cand.names(r.provider, r.provider_lease_id):
+        raise DestroyRefused(LEASE_MOVED)
+    rows = sandbox_rows(r.provider, r.provider_lease_id)
+    if r.lease_id not in rows:
+        raise DestroyRefused(LEASE_MOVED)
+    sharing = sorted(
+        str(pk) for pk, status in rows.items() if pk != r.lease_id and status in SHARING_STATUSES
+    )
+    if sharing:
+        raise DestroyRefused(f"held: sandbox_shared (lease {', '.join(sharing)} uses the sandbox)")
 
 
 def await_destroy(provider, sandbox_id: str, info):

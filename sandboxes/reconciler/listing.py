@@ -20,7 +20,7 @@ from sandboxes.models import AuditEvent, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, Stage
 
 from . import decide
-from .candidates import Candidate, judge_leases, list_candidates
+from .candidates import LEASE_MOVED, Candidate, judge_leases, list_candidates
 from .holds import blocking_holds, compute_holds, explain, holds_change_at
 
 OPEN_FIELDS = (
@@ -219,14 +219,19 @@ def _plan_rejudged(plan: _Plan, by_sandbox: dict, cand_by_sandbox: dict, judged:
         judged_row = judged.get(rec["lease_id"])
         if judged_row is None:
             continue  # graph has placeholders again: leave it as it is
-        if judged_row.kind is None:
+        moved = not judged_row.names(*key)
+        if judged_row.kind is None or moved:
+            # A moved lease's facts describe the sandbox it names now, never this
+            # record's: the record closes, and that sandbox is listed on its own.
             if _claimed(rec, now):
                 continue
             if rec["started_for_salvage"]:
                 plan.to_wake.append(rec["id"])
             else:
                 plan.to_dismiss[rec["id"]] = (
-                    "no longer a candidate (the predicate stopped matching)"
+                    LEASE_MOVED
+                    if moved
+                    else "no longer a candidate (the predicate stopped matching)"
                 )
             continue
         _track(plan, rec, judged_row, judged_row.kind, now)
@@ -267,13 +272,16 @@ def _write(plan: _Plan, result: SyncResult, now) -> None:
 
 def _create(creates: list[Retirement]) -> int:
     if creates:
-        # Belt and braces: a lease whose sandbox was retired is never listed again.
+        # Belt and braces: a lease whose sandbox was retired is never listed
+        # again on that sandbox (a lease moved since names another one).
         retired = set(
             Retirement.objects.filter(
                 lease_id__in=[c.lease_id for c in creates], stage=Stage.RETIRED
-            ).values_list("lease_id", flat=True)
+            ).values_list("lease_id", "provider", "provider_lease_id")
         )
-        creates = [c for c in creates if c.lease_id not in retired]
+        creates = [
+            c for c in creates if (c.lease_id, c.provider, c.provider_lease_id) not in retired
+        ]
     if creates:
         return len(Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None))
     return 0

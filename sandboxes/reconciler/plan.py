@@ -23,7 +23,7 @@ from sandboxes.notifications import events as notify
 from sandboxes.proof import Proof, fingerprint_of, proof_from_receipts, proof_key, void_reason
 
 from . import decide
-from .candidates import Candidate, judge_lease_locked
+from .candidates import LEASE_MOVED, Candidate, judge_lease_locked
 from .claims import fenced
 from .gate import proof_receipts, record_void
 from .holds import blocking_holds, compute_holds, explain
@@ -130,6 +130,14 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             if started:
                 return Plan(Action.STOP_BEFORE_WAIT, **base)
             _dismiss(r, now)
+            return None
+        if not cand.names(r.provider, r.provider_lease_id):
+            # The lease row now describes another sandbox: its facts say nothing
+            # about this one, which is judged by its own newest row on a later
+            # listing; the moved-to sandbox gets a record of its own.
+            if started:
+                return Plan(Action.STOP_BEFORE_WAIT, **base)
+            close_record(r, Stage.DISMISSED, LEASE_MOVED, now)
             return None
 
         blocking = _refresh_holds(r, cand, now)

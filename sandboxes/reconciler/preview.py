@@ -279,7 +279,7 @@ def _items(policy: Policy, records, candidates, judged, now, cache: dict) -> lis
         judged_row = None if key in cands else judged.get(rec["lease_id"])
         if judged_row is None:
             continue
-        if judged_row.kind is None:
+        if judged_row.kind is None or not judged_row.names(*key):
             items.append(_dismissed(rec, key, now))
         else:
             items.append(replay.tracked(rec, judged_row))

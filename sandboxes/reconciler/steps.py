@@ -92,9 +92,12 @@ def _close_destroyed(
         at=conf.confirmed_at,
     )
     lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
-    lease.status = LeaseStatus.EXPIRED
-    lease.cleanup_status = CleanupStatus.SUCCESS
-    lease.save(update_fields=["status", "cleanup_status", "updated_at"])
+    # Only a lease that still names the gone sandbox is expired: one moved since
+    # describes a sandbox that may well exist.
+    if (lease.provider, lease.provider_lease_id) == (r.provider, r.provider_lease_id):
+        lease.status = LeaseStatus.EXPIRED
+        lease.cleanup_status = CleanupStatus.SUCCESS
+        lease.save(update_fields=["status", "cleanup_status", "updated_at"])
     clear_failures(r)
     r.started_for_salvage = False
     r.provider_state = str(SandboxState.DESTROYED)
@@ -163,6 +166,8 @@ def _release_stopped_lease(r: Retirement, conf: Confirmation) -> EnvironmentLeas
     judges it afresh."""
     lease = EnvironmentLease.objects.select_for_update().get(pk=r.lease_id)
     write_stop_receipts(r, conf, retain=True)
+    if (lease.provider, lease.provider_lease_id) != (r.provider, r.provider_lease_id):
+        return lease  # moved to another sandbox meanwhile: this stop says nothing of it
     before = {"status": lease.status, "released_at": iso(lease.released_at)}
     lease.status = LeaseStatus.RELEASED
     lease.released_at = lease.released_at or conf.confirmed_at

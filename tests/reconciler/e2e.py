@@ -36,7 +36,9 @@ class Sim:
         )
 
     def make(self, files, *, files_root, empty_dirs=(), other_files=None):
-        info = self.client.create("e2e", {"t": "1"}, files=files, root=files_root)
+        info = self.client.create(
+            f"e2e-{uuid.uuid4().hex[:8]}", {"t": "1"}, files=files, root=files_root
+        )
         with self.server.sim.lock:
             sb = self.server.sim.sandboxes[info.id]
             for d in empty_dirs:
@@ -79,7 +81,9 @@ class Local:
         self.client.destroy = destroy
 
     def make(self, files, *, files_root, empty_dirs=(), other_files=None):
-        info = self.client.create("e2e", {"t": "1"}, files=files, root=files_root)
+        info = self.client.create(
+            f"e2e-{uuid.uuid4().hex[:8]}", {"t": "1"}, files=files, root=files_root
+        )
         fs = self.client.root / info.id / "fs"
         for d in empty_dirs:
             (fs / d).mkdir(parents=True, exist_ok=True)
