@@ -68,6 +68,11 @@ class Case:
     ids: dict[str, str] = field(default_factory=dict)
     sandbox_id: str = ""
     late_events: list = field(default_factory=list)  # ingested mid-wave
+    # Ingested in the same transaction as this case's approval (K6: the lease is
+    # re-pointed to another sandbox between the approval and the destroy).
+    on_approval_events: list = field(default_factory=list)
+    # Provider calls a KEPT case may see (an inspection starts and stops it).
+    allowed_ops: tuple = ()
     post_listing_events: list = field(default_factory=list)  # after the first listing
 
     @property
@@ -310,6 +315,20 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
     # Faults that outlast a step's budget: failed -> backoff -> retry -> converge.
     add("outlast-abandoned", "abandoned_warm", RETIRED, dirty="ac", shape="outlast")
     add("outlast-resume-failed", "resume_failed", RETIRED, shape="outlast")
+    # K6: sandbox A is compared and approved; in the approval's transaction its
+    # lease is re-sent naming sandbox B and a new active lease with a running run
+    # and a writer takes A. A is never destroyed (its record is dismissed: the
+    # lease names another sandbox); B is listed on its own and held by the live run.
+    repoint = add("repoint-from", "abandoned_warm", KEPT, env="manual", final_stage="dismissed")
+    repoint.shape, repoint.allowed_ops = "repoint_from", ("start", "stop")
+    add(
+        "repoint-to",
+        "abandoned_warm",
+        KEPT,
+        hold="issue_run_active",
+        final_stage="held",
+        shape="repoint_to",
+    )
 
     events = [ev.environment(**e) for e in envs.values()]
     fleet = Fleet(seed=seed, cases=cases, environments=envs, events=events)
@@ -325,6 +344,8 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
     env_id = fleet.environments[case.env]["environment_id"]
     ids = case.ids = {k: ev.uid() for k in ("issue", "ws", "other_ws", "run", "lease", "run2")}
     out: list[dict] = []
+    if case.shape == "repoint_to":
+        return out  # named only by repoint-from's re-pointed lease
     kind, hold = case.kind, case.hold
     issue_status = "done" if kind == "done_task_warm" else "in_progress"
     shape = case.shape
@@ -486,6 +507,8 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
             ev.run(ids["run2"], ids["issue"], "succeeded"),
             ev.lease(**newer),
         ]
+    if shape == "repoint_from":
+        case.on_approval_events = _repointed(ev, now, case, lease, fleet.named("repoint-to"))
     if case.name == "resumed":
         # Mid-wave the task picks the workspace up again: the record is dismissed.
         case.late_events = [
@@ -493,6 +516,38 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
             ev.intent(ids["intent"], ids["lease"], "export_resume", "confirmed"),
         ]
     return out
+
+
+def _repointed(ev: _Events, now: datetime, case: Case, lease: dict, to: Case) -> list[dict]:
+    """K6's events: the lease re-sent naming `to`'s sandbox (a newer report, with a
+    stop receipt there), and a new active lease whose running run writes in a
+    workspace of the same task taking this case's sandbox."""
+    ids = case.ids
+    run3, ws3 = ev.uid(), ev.uid()
+    # A report newer than the lease row the console holds: only that may move it.
+    later = datetime.now(UTC) + timedelta(seconds=1)
+    return [
+        ev.lease(**dict(lease, provider_lease_id=to.sandbox_id), at=later),
+        ev.receipt(
+            ids["lease"],
+            run_id=ids["run"],
+            provider_lease_id=to.sandbox_id,
+            confirmed_at=now - timedelta(days=2),
+            request_id=f"paperclip-stop-{ids['lease']}-moved",
+        ),
+        ev.run(run3, ids["issue"], "running"),
+        ev.workspace(ws3, ids["issue"], "saving", writer_run_id=run3),
+        ev.lease(
+            **dict(
+                lease,
+                lease_id=ev.uid(),
+                status="active",
+                run_id=run3,
+                workspace_id=ws3,
+                acquired_at=rfc3339(now - timedelta(hours=1)),
+            )
+        ),
+    ]
 
 
 def workspace_root(fleet: Fleet, case: Case) -> str:

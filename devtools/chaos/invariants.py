@@ -192,7 +192,7 @@ def kept_violations(fleet: Fleet, calls: list[dict], alive: dict[str, str]) -> l
             problems.append("the sandbox is gone")
         if "destroy" in ops:
             problems.append("it was DELETEd")
-        if case.expect == KEPT and ops:
+        if case.expect == KEPT and set(ops) - set(case.allowed_ops):
             problems.append(f"provider calls {sorted(set(ops))}")
         if case.expect == STOPPED:
             if set(ops) - {"stop"}:

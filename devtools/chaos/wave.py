@@ -42,6 +42,7 @@ SCENARIOS = (
     "k3_db_dropped",
     "k4_workers_race",
     "k5_budget_outlasted",
+    "k6_lease_repointed",
     "issue10_rules",
 )
 KILL_POINTS = ("compare", "export", "retire")
@@ -86,6 +87,7 @@ class _State:
     k5: list = field(default_factory=list)
     clock_skips: int = 0
     approvals: int = 0
+    k6: list = field(default_factory=list)  # re-pointed leases: {case, record}
     phases: dict = field(default_factory=dict)
 
 
@@ -544,14 +546,37 @@ class Wave:
             .exclude(provider_lease_id__in=real)
             .update(next_attempt_at=now)
         )
-        for pk in Retirement.objects.filter(
+        for pk, sandbox_id in Retirement.objects.filter(
             stage="awaiting_approval", environment__retirement_mode="manual"
-        ).values_list("pk", flat=True):
-            try:
-                actions.approve(pk, actor=self.operator, reason="chaos wave: proof reviewed")
-                self.state.approvals += 1
-            except actions.ActionRefused:
-                pass
+        ).values_list("pk", "provider_lease_id"):
+            with contextlib.suppress(actions.ActionRefused):
+                self._approve(pk, sandbox_id)
+
+    def _approve(self, pk, sandbox_id: str) -> None:
+        """The operator's approval; for K6's case, in the same transaction, the
+        lease re-pointed to another sandbox and a new lease taking this one, so no
+        worker can destroy between the two (the attack: approved, then moved)."""
+        from django.db import transaction
+
+        from sandboxes import actions
+        from sandboxes.ingest import apply_events, validate_batch
+
+        case = self.fleet.by_sandbox().get(sandbox_id)
+        # The fleet always holds K6's cases: their events go with the approval
+        # whether or not the wave judges the scenario.
+        moved = case is not None and bool(case.on_approval_events)
+        with transaction.atomic():
+            actions.approve(pk, actor=self.operator, reason="chaos wave: proof reviewed")
+            if moved:
+                batch, errors = validate_batch({"events": case.on_approval_events}, max_events=1000)
+                if errors:
+                    raise RuntimeError(f"K6 events refused: {errors}")
+                apply_events("chaos-k6", batch)
+        self.state.approvals += 1
+        if moved:
+            self.state.k6.append({"case": case.name, "record": str(pk)})
+            case.on_approval_events = []
+            self.log(f"K6: {case.name} approved, and its lease re-pointed in the same transaction")
 
     def _progress(self) -> str:
         from django.db.models import Count
@@ -753,7 +778,7 @@ class Wave:
             for p in k["problems"]
         ]
         for case in fleet.cases:
-            if case.env == "manual":
+            if case.env == "manual" and case.expect == RETIRED:
                 keep_problems += [f"{case.name}: {p}" for p in inv.retired_ok(case, alive)]
                 if not Receipt.objects.filter(
                     provider_lease_id=case.sandbox_id, kind="approval"
@@ -810,6 +835,10 @@ class Wave:
             f"{k['case']}: {p}" for k in kept if fleet.named(k["case"]).shape for p in k["problems"]
         ]
         verdict("issue10_rules", rules)
+        verdict(
+            "k6_lease_repointed",
+            self._k6_problems(fleet, calls) if self._on("k6_lease_repointed") else [],
+        )
         k3_problems = []
         if not any(k["terminated"] for k in self.state.k3):
             k3_problems.append("no worker database connection was terminated")
@@ -877,6 +906,7 @@ class Wave:
                 "k4_racers": self.state.racers,
                 "k4_overlapping_passes": overlaps,
                 "k5_outlasted": self.state.k5,
+                "k6_repointed": self.state.k6,
             },
             "workers": {
                 "started": sup.started,
@@ -901,6 +931,27 @@ class Wave:
             "wall_seconds": round(time.monotonic() - self.t0, 2),
         }
         return report
+
+    def _k6_problems(self, fleet: Fleet, calls: list[dict]) -> list[str]:
+        """A re-pointed lease never destroys the sandbox it named: that record closes
+        `dismissed` (the lease names another sandbox), the move is audited, and the
+        sandbox it names now is listed on its own."""
+        from sandboxes.models import AuditEvent, Retirement
+        from sandboxes.reconciler.candidates import LEASE_MOVED
+
+        problems = [] if self.state.k6 else ["no lease was re-pointed after an approval"]
+        source, target = fleet.named("repoint-from"), fleet.named("repoint-to")
+        if inv.deletes(calls).get(source.sandbox_id):
+            problems.append("the sandbox the lease named before the move was DELETEd")
+        if self.state.k6:
+            record = Retirement.objects.get(pk=self.state.k6[0]["record"])
+            if (record.stage, record.closed_reason) != ("dismissed", LEASE_MOVED):
+                problems.append(f"its record is {record.stage} ({record.closed_reason!r})")
+            if not AuditEvent.objects.filter(action="lease.sandbox_moved").exists():
+                problems.append("the move is not in the audit trail")
+            if not Retirement.objects.filter(provider_lease_id=target.sandbox_id).exists():
+                problems.append("the sandbox the lease names now was never listed")
+        return problems
 
     def _stopped_first(self, case, calls) -> list[str]:
         stops = [

@@ -24,6 +24,7 @@ SHORT = (
     "k3_db_dropped",
     "k4_workers_race",
     "k5_budget_outlasted",
+    "k6_lease_repointed",
     "issue10_rules",
 )
 
