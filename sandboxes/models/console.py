@@ -244,6 +244,9 @@ class Receipt(AppendOnlyModel):
         Retirement, null=True, blank=True, on_delete=models.PROTECT, related_name="receipts"
     )
     provider_lease_id = models.CharField(max_length=200)
+    # The company Paperclip's receipt names (companyId); None when the reporter
+    # sent none. Paperclip's predicates bind a receipt to its lease's company.
+    company_id = models.UUIDField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=TerminationState.choices, null=True, blank=True)
     schema = models.CharField(max_length=100, blank=True)
     confirmed_at = models.DateTimeField()

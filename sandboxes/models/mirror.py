@@ -50,6 +50,10 @@ class MirroredModel(models.Model):
         help_text="When the source last changed this row (event occurred_at or the "
         "mirrored updated_at); an older upsert arriving late is ignored.",
     )
+    # Paperclip is multi-company: every row it writes names one, and Paperclip's
+    # own predicates bind receipts to it (docs/rules.md, proof). None when an
+    # ingest client sends none: such rows are judged without it.
+    company_id = models.UUIDField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
