@@ -16,13 +16,18 @@ guessed at speed — without letting anyone lock everybody out.
   before each further check, and the wait doubles every time (growing delay,
   capped) instead of a fixed lock; a success clears the account's count.
 - Every login form goes through it: the console's and Django admin's.
+- Without its cache (Redis down) the limiter cannot count, so it fails closed:
+  a password check is refused with a 503 in words, never a 500, and the
+  outage is logged once until the cache answers again (README, Production mode).
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import logging
 import math
+import threading
 import time
 import unicodedata
 from contextlib import contextmanager, suppress
@@ -33,13 +38,19 @@ from django.conf import settings
 from django.contrib.auth import user_logged_in
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
+from django.db import DatabaseError
 from django.dispatch import receiver
 from django.shortcuts import render
+from redis import RedisError
+
+log = logging.getLogger(__name__)
 
 # Kept for callers of the old names: the free checks per account.
 MAX_FAILURES = 5
 # Counts live this long after the last failed check.
 WINDOW_SECONDS = 3600
+# What the client is told to wait while the limiter's cache does not answer.
+UNAVAILABLE_RETRY_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -140,6 +151,48 @@ def _digest(text: str) -> str:
 # --- counting ------------------------------------------------------------------------
 
 
+class CountLost(RuntimeError):
+    """The cache would not keep a count long enough to increment it."""
+
+
+# What a cache backend raises when its server is gone: Redis (production),
+# memcached's sockets, the database cache; CountLost when it forgets at once.
+CACHE_DOWN = (RedisError, OSError, DatabaseError, CountLost)
+
+
+class _Outage:
+    """Whether this process last saw the limiter's cache fail, so an outage is
+    logged when it starts and when it ends, not at every attempt in between
+    (the lock: gunicorn's threads see an outage together)."""
+
+    def __init__(self):
+        self.down = False
+        self._lock = threading.Lock()
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.down:
+                return
+            self.down = True
+        log.error(
+            "sign-in is refused: the login limiter's cache does not answer (%s: %s)",
+            type(exc).__name__,
+            exc,
+        )
+
+    def answered(self) -> None:
+        if not self.down:  # the common case: no lock
+            return
+        with self._lock:
+            if not self.down:
+                return
+            self.down = False
+        log.info("the login limiter's cache answers again; sign-in is open")
+
+
+_outage = _Outage()
+
+
 def _incr(key: str) -> int:
     for _ in range(3):
         cache.add(key, 0, WINDOW_SECONDS)
@@ -147,7 +200,7 @@ def _incr(key: str) -> int:
             return cache.incr(key)
         except ValueError:  # expired between add and incr
             continue
-    raise RuntimeError(f"cannot count login attempts in the cache ({key})")
+    raise CountLost(f"cannot count login attempts in the cache ({key})")
 
 
 def _decr(key: str) -> None:
@@ -245,6 +298,15 @@ def _note_login(sender, request, user, **kwargs):
 
 
 def rate_limited_response(request, wait: float, template="registration/login.html"):
+    return _refused(request, wait, template, status=429, rate_limited=True)
+
+
+def unavailable_response(request, template="registration/login.html"):
+    """The limiter cannot count (its cache is down): no password is checked."""
+    return _refused(request, UNAVAILABLE_RETRY_SECONDS, template, status=503, unavailable=True)
+
+
+def _refused(request, wait: float, template: str, *, status: int, **flags):
     from django.contrib.auth.forms import AuthenticationForm
 
     response = render(
@@ -253,13 +315,23 @@ def rate_limited_response(request, wait: float, template="registration/login.htm
         {
             "form": AuthenticationForm(request),
             "next": request.POST.get("next", ""),
-            "rate_limited": True,
             "retry_after": math.ceil(wait),
+            **flags,
         },
-        status=429,
+        status=status,
     )
     response["Retry-After"] = str(math.ceil(wait))
     return response
+
+
+def _settle(attempt: Attempt, outcome) -> None:
+    """Book the outcome of a checked password. The check was counted before it
+    was made, so a cache that fails now loses only this bookkeeping: the
+    response stands."""
+    try:
+        outcome(attempt)
+    except CACHE_DOWN as exc:
+        _outage.failed(exc)
 
 
 def login_limited(view):
@@ -271,18 +343,24 @@ def login_limited(view):
         username = request.POST.get("username", "") if request.method == "POST" else ""
         if not username or not request.POST.get("password"):
             return view(request, *args, **kwargs)  # no password check: the form says why
-        attempt = reserve(request, username)
+        try:
+            attempt = reserve(request, username)
+        except CACHE_DOWN as exc:
+            # Fail closed: without a count, checking passwords would be unlimited.
+            _outage.failed(exc)
+            return unavailable_response(request)
+        _outage.answered()
         if attempt.refused:
             return rate_limited_response(request, attempt.refused)
         try:
             response = view(request, *args, **kwargs)
         except BaseException:
-            attempt.failed()
+            _settle(attempt, Attempt.failed)
             raise
         if getattr(request, _LOGGED_IN, False):
-            attempt.succeeded()
+            _settle(attempt, Attempt.succeeded)
         else:
-            attempt.failed()
+            _settle(attempt, Attempt.failed)
         return response
 
     return wrapper

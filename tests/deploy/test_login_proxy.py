@@ -4,6 +4,7 @@ Redis as the shared cache, two workers with threads), a "proxy" on 127.0.0.1
 (FORWARDED_ALLOW_IPS) and an untrusted client on 127.0.0.2 — Linux answers on
 the whole 127/8, so a client can choose its source address."""
 
+import json
 import re
 import threading
 
@@ -30,16 +31,13 @@ def _user(username, **extra):
     return user
 
 
-@pytest.fixture
-def console(tmp_path, settings):
-    r = redis.Redis.from_url(REDIS_URL)
-    r.flushdb()
+def _env(tmp_path, settings, *, redis_url=REDIS_URL, workers=2):
     db = settings.DATABASES["default"]
-    env = production_env(
+    return production_env(
         DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        REDIS_URL=REDIS_URL,
+        REDIS_URL=redis_url,
         GUNICORN_BIND="127.0.0.1:0",
-        WEB_CONCURRENCY=2,
+        WEB_CONCURRENCY=workers,
         GUNICORN_THREADS=4,
         FORWARDED_ALLOW_IPS="127.0.0.1",
         # Longer than the test can take even on a loaded machine: past the delay
@@ -51,6 +49,13 @@ def console(tmp_path, settings):
         SESSION_COOKIE_SECURE=0,
         CSRF_COOKIE_SECURE=0,
     )
+
+
+@pytest.fixture
+def console(tmp_path, settings):
+    r = redis.Redis.from_url(REDIS_URL)
+    r.flushdb()
+    env = _env(tmp_path, settings)
     done = manage("collectstatic", "--noinput", "-v", "0", env=env)
     assert done.returncode == 0, done.stderr
     try:
@@ -136,3 +141,25 @@ def test_the_limiter_behind_the_proxy(console):
         assert bad.status_code == 200
     blocked = admin.login("erin", PASSWORD, forwarded_for="192.0.2.200", path="/admin/login/")
     assert blocked.status_code == 429
+
+
+def test_with_redis_down_sign_in_is_refused_in_words_and_logged_once(tmp_path, settings):
+    """Regression: with Redis stopped every login POST answered 500."""
+    _user("victim")
+    env = _env(tmp_path, settings, redis_url="redis://127.0.0.1:1/0", workers=1)
+    done = manage("collectstatic", "--noinput", "-v", "0", env=env)
+    assert done.returncode == 0, done.stderr
+    log = tmp_path / "gunicorn.log"
+    with gunicorn(env, log, start_timeout=60) as url:
+        browser = Browser(url)  # the login page itself stays up
+        answers = [browser.login("victim", PASSWORD, forwarded_for="203.0.113.9") for _ in range(3)]
+        assert browser.http.get("/accounts/login/").status_code == 200
+    assert [a.status_code for a in answers] == [503] * 3
+    assert "Sign-in is briefly unavailable; try again in a minute." in answers[0].text
+    outages = [
+        line
+        for line in log.read_text().splitlines()
+        if line.startswith("{") and "login limiter" in json.loads(line).get("message", "")
+    ]
+    assert len(outages) == 1, outages
+    assert json.loads(outages[0])["level"] == "ERROR"
