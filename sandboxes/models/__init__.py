@@ -9,7 +9,6 @@ from .console import (
     AuditEvent,
     IngestedEvent,
     Receipt,
-    ReconcilerPass,
     Retirement,
     hash_token,
 )
@@ -31,6 +30,7 @@ from .notifications import (
     NotificationEvent,
     NotificationType,
 )
+from .passes import ReconcilerPass
 
 __all__ = [
     "AppendOnlyError",

@@ -1,9 +1,11 @@
-"""The console's own records: retirements, receipts, attachments, audit, tokens, passes."""
+"""The console's own records: retirements, receipts, attachments, audit, tokens
+(the reconciler's passes: passes.py)."""
 
 import hashlib
 import secrets
 import uuid
 from collections.abc import Mapping
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, models
@@ -50,6 +52,12 @@ class AppendOnlyModel(models.Model):
 # definition of "open" (RetirementQuerySet.open, Retirement.is_open, and the
 # one-open-record-per-sandbox constraint).
 OPEN_RECORDS = ~Q(stage__in=list(STAGES_CLOSED))
+
+# How long a claim holds (docs/rules.md, claims and failures): a worker that
+# dies strands its record this long. A pass that has not beaten for as long
+# has lost every claim it held, and is taken for gone.
+CLAIM_SECONDS = 15 * 60
+PASS_SILENT_AFTER = timedelta(seconds=CLAIM_SECONDS)
 
 
 class RetirementQuerySet(models.QuerySet):
@@ -417,48 +425,6 @@ class IngestedEvent(models.Model):
 
     def __str__(self):
         return f"{self.source} {self.event_id}"
-
-
-class ReconcilerPass(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
-    started_at = models.DateTimeField(db_index=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    dry_run = models.BooleanField(default=False)
-    environment_name = models.CharField(max_length=200, blank=True)
-    worker = models.CharField(max_length=200, blank=True)
-    candidates = models.PositiveIntegerField(default=0)
-    advanced = models.PositiveIntegerField(default=0)
-    retired = models.PositiveIntegerField(default=0)
-    failed = models.PositiveIntegerField(default=0)
-    kept_bytes = models.BigIntegerField(null=True, blank=True)
-    counts_by_kind = models.JSONField(default=dict, blank=True)
-    counts_by_stage = models.JSONField(default=dict, blank=True)
-    # Open records per environment name after the pass, and the daily cost they
-    # hold (null when no record could be priced; `cost_unknown` counts the rest).
-    counts_by_environment = models.JSONField(default=dict, blank=True)
-    cost_per_day = models.DecimalField(max_digits=14, decimal_places=4, null=True, blank=True)
-    cost_unknown = models.PositiveIntegerField(default=0)
-    errors = models.JSONField(default=list, blank=True)
-    listing = models.JSONField(
-        default=dict,
-        blank=True,
-        help_text="The listing this pass's candidates come from: its snapshot, "
-        "when a time-based rule comes due, and whether it was reused unchanged.",
-    )
-    # A dry run's lines ("sandbox kind: stage (holds)"), on the unsaved record only.
-    would: list[str]
-
-    class Meta:
-        ordering = ["-started_at"]
-
-    def __str__(self):
-        return f"pass {self.started_at:%Y-%m-%d %H:%M:%S}"
-
-    @property
-    def duration_seconds(self) -> float | None:
-        if self.finished_at is None:
-            return None
-        return (self.finished_at - self.started_at).total_seconds()
 
 
 @receiver(pre_delete, sender=settings.AUTH_USER_MODEL)

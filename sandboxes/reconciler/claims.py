@@ -21,12 +21,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from sandboxes.models import Retirement
+from sandboxes.models.console import CLAIM_SECONDS
 
 from . import signals
 
 log = logging.getLogger(__name__)
 
-CLAIM_SECONDS = 15 * 60
 # A dropped or broken database connection (server restart, pg_terminate_backend,
 # network cut). Nothing half-written survives it: each fenced write is one
 # transaction. The record is retried; the worker reconnects and goes on.

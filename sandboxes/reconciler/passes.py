@@ -5,14 +5,13 @@ workers interleave over the due records and a worker that dies strands at
 most one record until its claim expires. A dropped database connection ends
 neither the pass nor the worker: it reconnects and goes on; the record whose
 step was cut is released (or left for its claim to expire) and retried from
-its receipts.
+its receipts. A pass beats as it works, and first marks passes whose worker
+is gone as interrupted (liveness.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 
@@ -26,6 +25,7 @@ from sandboxes.models.console import OPEN_RECORDS
 
 from . import changes, claims, machine, sizes
 from .listing import evaluate_fleet, sync_retirements
+from .liveness import Heartbeat, interrupt_gone, worker_name
 from .preservation import record_preservation_sources, resolve_preservation_actions
 from .worker import Worker
 
@@ -33,10 +33,6 @@ log = logging.getLogger(__name__)
 # Consecutive dropped-connection errors after which a pass stops claiming and
 # leaves the rest to the next pass (the database is down, not just blinking).
 MAX_DB_ERRORS = 3
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _db_retry(fn, what: str, attempts: int = 3):
@@ -84,6 +80,7 @@ def run_pass(
     record = _db_retry(
         lambda: ReconcilerPass.objects.create(
             started_at=started,
+            last_seen_at=started,
             dry_run=dry_run,
             environment_name=environment.name if environment is not None else "",
             worker=worker or worker_name(),
@@ -146,9 +143,13 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
     if provider_for is not None:
         w.provider_for = provider_for
     errors: list = []
+    beat = Heartbeat(record.pk)
+    _interrupt_gone(started)
     _list_step(record, env_id, started, errors)
+    # A full listing is a pass's slow part; a reused one takes no time to report.
+    beat.beat(force=not record.listing.get("reused"))
     _refresh_sizes(w, env_id, started)
-    worked = _work_due(env_id, w, errors, progress, progress_every)
+    worked = _work_due(env_id, w, errors, beat, progress, progress_every)
     record = _db_retry(lambda: _finish(record, env_id, started, w, errors), "finishing the pass")
     log.info(
         "pass finished: %s worked, %s advanced, %s retired, %s failed, %s errors",
@@ -176,6 +177,14 @@ def _list_step(record: ReconcilerPass, env_id, started, errors: list) -> None:
         errors.append({"step": "listing", "error": f"{type(exc).__name__}: {exc}"[:500]})
 
 
+def _interrupt_gone(started) -> None:
+    try:
+        interrupt_gone(started)
+    except claims.DB_LOST as exc:
+        log.warning("marking interrupted passes: database connection lost: %s", exc)
+        claims.reset_connection()
+
+
 def _refresh_sizes(w: Worker, env_id, started) -> None:
     try:
         # Reads only (every mode): the sizes what each kept sandbox costs is priced by.
@@ -185,13 +194,15 @@ def _refresh_sizes(w: Worker, env_id, started) -> None:
         claims.reset_connection()
 
 
-def _work_due(env_id, w: Worker, errors: list, progress, progress_every) -> int:
+def _work_due(env_id, w: Worker, errors: list, beat: Heartbeat, progress, progress_every) -> int:
     """Claim and advance due records one at a time until none is left (or the
-    database keeps dropping); returns how many records were worked."""
+    database keeps dropping), beating between them; returns how many records
+    were worked."""
     seen: set = set()
     db_errors = 0  # consecutive
     last_progress = time.monotonic()
     while db_errors < MAX_DB_ERRORS:
+        beat.beat()
         try:
             claim = claims.claim_next(environment_id=env_id, exclude=seen)
         except claims.DB_LOST as exc:
@@ -259,7 +270,8 @@ def _finish(record: ReconcilerPass, env_id, started, w: Worker, errors: list) ->
     record.retired = w.retired
     record.failed = w.failed
     record.errors = (errors + w.errors)[:200]
-    record.finished_at = timezone.now()
+    record.finished_at = record.last_seen_at = timezone.now()
+    record.interrupted_at = None  # a pass that finishes was only ever stalled
     record.save()
     return record
 

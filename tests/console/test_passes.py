@@ -38,3 +38,28 @@ def test_it_runs_a_bounded_number_of_queries(as_reviewer, django_assert_max_num_
     build_fleet(size)
     with django_assert_max_num_queries(12):
         assert as_reviewer.get(reverse("passes")).status_code == 200
+
+
+def test_an_interrupted_pass_says_when_it_was_last_seen(as_reviewer, db):
+    seen = timezone.now() - timedelta(hours=1, minutes=3)
+    ReconcilerPassFactory(
+        started_at=seen - timedelta(minutes=2),
+        last_seen_at=seen,
+        finished_at=None,
+        interrupted_at=seen + timedelta(minutes=20),
+    )
+    body = as_reviewer.get(reverse("passes")).content.decode()
+    assert "interrupted, last seen" in body
+    assert f'datetime="{seen.isoformat()}"' in body
+    assert "running" not in body
+
+
+def test_a_pass_silent_past_a_claims_length_shows_interrupted_before_any_pass_marks_it(
+    as_reviewer, db
+):
+    """Every worker is gone, so no next pass marks it: the page still says so."""
+    seen = timezone.now() - timedelta(minutes=16)
+    ReconcilerPassFactory(started_at=seen, last_seen_at=seen, finished_at=None)
+    body = as_reviewer.get(reverse("passes")).content.decode()
+    assert "interrupted, last seen" in body
+    assert "running" not in body
