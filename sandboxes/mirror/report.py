@@ -1,5 +1,6 @@
-"""What one mirror iteration did: rows read and written per table, and each
-row skipped or quarantined, by reason (docs/architecture.md, Mirror)."""
+"""What one mirror iteration did: rows read and written per table, each row
+skipped or quarantined, by reason, and the lease rows that name no sandbox
+(docs/architecture.md, Mirror)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ class TableCounts:
     applied: int = 0
     skipped: int = 0
     quarantined: int = 0
+    # Read fine, but a lease with no provider_lease_id (a local or ssh lease):
+    # neither mirrored nor skipped (translate.NotASandbox).
+    not_sandbox: int = 0
 
 
 @dataclass
@@ -55,6 +59,10 @@ class MirrorReport:
     def quarantined(self) -> int:
         return sum(t.quarantined for t in self.tables.values())
 
+    @property
+    def not_sandbox(self) -> int:
+        return sum(t.not_sandbox for t in self.tables.values())
+
     def by_reason(self, action: str) -> Counter:
         """(table, reason kind) → rows, for one action ("skipped"/"quarantined")."""
         return Counter((p.table, p.kind) for p in self.problems if p.action == action)
@@ -64,8 +72,8 @@ class MirrorReport:
         return "; ".join(f"{table}: {kind} ×{n}" for (table, kind), n in sorted(counts.items()))
 
     def summary(self) -> str:
-        """One line: rows mirrored, skipped by reason, quarantined by reason,
-        tables (and columns) missing."""
+        """One line: rows mirrored, leases that are not a sandbox, skipped by
+        reason, quarantined by reason, tables (and columns) missing."""
         parts = [f"{name} {c.applied}/{c.read}" for name, c in self.tables.items() if c.read]
         line = (
             f"mirrored {self.rows_mirrored} of {self.rows_read} rows read from {self.source}"
@@ -74,6 +82,7 @@ class MirrorReport:
             f" {self.settled} settled"
         )
         skipped, quarantined = self.by_reason("skipped"), self.by_reason("quarantined")
+        line += f"; not a sandbox: {self.not_sandbox}"
         line += f"; skipped {self.skipped}" + (f" ({self._reasons(skipped)})" if skipped else "")
         line += f"; quarantined {self.quarantined}" + (
             f" ({self._reasons(quarantined)})" if quarantined else ""

@@ -43,7 +43,16 @@ from sandboxes.models.choices import (
 )
 
 from .lease_metadata import lease_metadata
-from .values import MIRROR_NAMESPACE, Malformed, _choice, _json_object, _text, _uuid, _when
+from .values import (
+    MIRROR_NAMESPACE,
+    Malformed,
+    NotASandbox,
+    _choice,
+    _json_object,
+    _text,
+    _uuid,
+    _when,
+)
 
 # Work-folder scopes whose baselines are saved files (packages/shared
 # work-folders.ts WORK_FOLDER_SCOPES); "incoming:<scope>" and
@@ -156,10 +165,12 @@ def heartbeat_run(src: dict) -> Row:
 def environment_lease(src: dict) -> Row:
     pk = _uuid(src.get("id"), "id", required=True)
     sandbox = src.get("provider_lease_id")
-    if not isinstance(sandbox, str) or not sandbox.strip():
-        # A lease that never got a sandbox (a local run, a failed acquire):
-        # nothing at a provider to keep or retire.
-        raise Malformed("no sandbox: provider_lease_id is empty", "no sandbox id")
+    if sandbox is None or (isinstance(sandbox, str) and not sandbox.strip()):
+        raise NotASandbox(f"lease {pk} has no provider_lease_id")
+    if not isinstance(sandbox, str):
+        raise Malformed(
+            f"provider_lease_id is not text: {sandbox!r}", "provider_lease_id is not text"
+        )
     if len(sandbox) > 200:
         raise Malformed("provider_lease_id is longer than 200 characters")
     provider = src.get("provider")

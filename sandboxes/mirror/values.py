@@ -21,6 +21,13 @@ class Malformed(ValueError):
         self.kind = kind or reason
 
 
+class NotASandbox(Exception):
+    """A readable lease row that names no sandbox (Paperclip writes local and
+    ssh leases, and failed acquires, with no provider_lease_id): nothing at a
+    provider to keep or retire. Counted apart, never as skipped, so that
+    "skipped" means only rows the mirror could not read (docs/architecture.md, Mirror)."""
+
+
 def _uuid(value, what: str, *, required=False) -> UUID | None:
     if value is None or value == "":
         if required:

@@ -41,6 +41,7 @@ from .lease_metadata import export_id, intent_id
 from .report import MirrorReport, Problem, TableCounts
 from .tables import Table
 from .translate import Malformed, Row, Save
+from .values import NotASandbox
 
 log = logging.getLogger(__name__)
 
@@ -339,6 +340,9 @@ def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
     for src in page:
         try:
             out = table.translate(src)
+        except NotASandbox:
+            counts.not_sandbox += 1
+            continue
         except Malformed as exc:
             _problem(report, counts, table.name, src.get(table.pk), str(exc), kind=exc.kind)
             continue

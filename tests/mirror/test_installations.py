@@ -98,14 +98,14 @@ def test_unknown_values_are_skipped_counted_and_named(paperclip):
     line = out.getvalue()
     for phrase in (
         "environment_leases: unknown status 'paused' ×2",
-        "environment_leases: no sandbox id ×1",
+        "not a sandbox: 1",
         "environments: unknown driver 'kubernetes' ×1",
         "heartbeat_runs: unknown status 'waiting_on_human' ×1",
         "issues: unknown status 'archived' ×1",
     ):
         assert phrase in line, (phrase, line)
-    assert "skipped 6 (" in line
-    for row in (paused, paused2, local):
+    assert "skipped 5 (" in line  # the lease without a sandbox is not one of them
+    for row in (paused, paused2):
         assert str(row["id"]) in err.getvalue()
     assert str(run["id"]) in err.getvalue()
     assert not m.EnvironmentLease.objects.filter(pk__in=[paused["id"], local["id"]]).exists()
@@ -128,3 +128,32 @@ def test_an_unreadable_save_is_named_and_the_rest_goes_on(paperclip):
     }
     ws = m.EnvironmentLease.objects.get(pk=lease["id"]).execution_workspace
     assert ws.save_state == "saved" and "task/a.txt" in ws.saved_manifest
+
+
+def test_a_lease_without_a_sandbox_is_counted_apart_never_skipped(paperclip):
+    """Paperclip writes a local or ssh lease with no provider_lease_id (issue 23):
+    that row was read fine, it just names nothing at a provider. Counted as
+    "not a sandbox", so "skipped" means only rows the mirror could not read."""
+    p = paperclip
+    local_env = p.environment(driver="local", provider=None)
+    ssh_env = p.environment(driver="ssh", provider=None)
+    _, _, _, good = p.task(p.environment())
+    _, _, _, local = p.task(local_env, provider_lease_id=None)
+    _, _, _, ssh = p.task(ssh_env, provider_lease_id=None)
+    _, _, _, paused = p.task(p.environment(), status="paused")  # unreadable: skipped
+
+    out, err = StringIO(), StringIO()
+    call_command("mirror_paperclip", "--dsn", p.dsn, "--full", stdout=out, stderr=err)
+    line = out.getvalue()
+    assert "not a sandbox: 2" in line, line
+    assert "skipped 1 (environment_leases: unknown status 'paused' ×1)" in line, line
+    # Not a problem row: nothing about them on stderr.
+    assert str(local["id"]) not in err.getvalue() and str(ssh["id"]) not in err.getvalue()
+    assert str(paused["id"]) in err.getvalue()
+    assert not m.EnvironmentLease.objects.filter(pk__in=[local["id"], ssh["id"]]).exists()
+    assert m.EnvironmentLease.objects.filter(pk=good["id"], placeholder=False).exists()
+
+    report = mirror_once(p.dsn, full=True)
+    counts = report.tables["environment_leases"]
+    assert (counts.read, counts.applied, counts.skipped, counts.not_sandbox) == (4, 1, 1, 2)
+    assert (report.skipped, report.not_sandbox) == (1, 2)

@@ -432,6 +432,7 @@ def test_the_help_names_the_real_columns_and_the_summary(capsys):
         "workspaceRestoreRecovery.leaseIds",
         "sandboxStopAndRetain",
         "tables missing",
+        "not a sandbox",
         "skipped",
         "quarantined",
     ):

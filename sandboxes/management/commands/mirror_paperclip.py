@@ -24,8 +24,10 @@ class Command(BaseCommand):
         "issue_recovery_actions (the leases evidence.workspaceRestoreRecovery.leaseIds "
         "names). Tables and columns are looked up first: a missing one is skipped with a "
         "warning, never an abort. Each iteration prints one summary line: rows mirrored "
-        "per table, skipped by reason (e.g. an unknown status a newer Paperclip wrote), "
-        "quarantined by reason (unreadable lease metadata), and tables missing."
+        "per table, leases that are not a sandbox (a local or ssh lease with no "
+        "provider_lease_id: read, counted apart, never skipped), skipped by reason (a row "
+        "it could not read, e.g. an unknown status a newer Paperclip wrote), quarantined "
+        "by reason (unreadable lease metadata), and tables missing."
     )
 
     def add_arguments(self, parser):
