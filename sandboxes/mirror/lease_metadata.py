@@ -1,11 +1,13 @@
 """What a lease's metadata holds: Paperclip's termination and stop-and-retain
 receipts, a pending stop-and-retain intent, an export in flight, and the
-remote working directory (docs/architecture.md, Mirror). The keys and shapes
-are those Paperclip's writers use (server/src/services/…)."""
+remote working directory (docs/architecture.md,
+Mirror). The keys and shapes are those Paperclip's writers use
+(server/src/services/…)."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from dataclasses import dataclass
 from uuid import UUID
@@ -36,6 +38,9 @@ class LeaseMetadata:
     remote_cwd: str
 
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def intent_id(lease_id: UUID, kind: str) -> UUID:
     """One mirrored intent per lease and kind: a new request replaces the old."""
     return uuid.uuid5(MIRROR_NAMESPACE, f"intent:{lease_id}:{kind}")
@@ -45,10 +50,13 @@ def export_id(lease_id: UUID) -> UUID:
     return uuid.uuid5(MIRROR_NAMESPACE, f"export-resume:{lease_id}")
 
 
-def lease_metadata(lease_id: UUID, provider_lease_id: str, metadata: dict) -> LeaseMetadata:
+def lease_metadata(
+    lease_id: UUID, provider_lease_id: str, metadata: dict, company_id: UUID | None = None
+) -> LeaseMetadata:
     """Receipts, pending intents and exports held in a lease's metadata, and its
-    remote cwd. Raises Malformed for a known key in a broken shape; keys the
-    console does not use are left alone."""
+    remote cwd. Intents and exports are the lease's, so of its company; a
+    receipt names its own. Raises Malformed for a known key in a broken shape;
+    keys the console does not use are left alone."""
     receipts = []
     for key, kind in (
         (TERMINATION_KEY, ReceiptKind.TERMINATION),
@@ -64,28 +72,7 @@ def lease_metadata(lease_id: UUID, provider_lease_id: str, metadata: dict) -> Le
             continue
         receipts.append(_receipt(key, kind, lease_id, provider_lease_id, data))
 
-    # sandbox-stop-and-retain.ts: the key's presence is the pending stop
-    # (hasStopOnlyCleanup uses hasOwnProperty; "invalid pins stay pending");
-    # settling removes it. The intent has no state of its own.
-    intents = []
-    if STOP_INTENT_KEY in metadata:
-        value = metadata[STOP_INTENT_KEY]
-        request_id = value.get("requestId") if isinstance(value, dict) else None
-        intents.append(
-            {
-                "id": intent_id(lease_id, IntentKind.STOP_AND_RETAIN),
-                "lease_id": lease_id,
-                "kind": IntentKind.STOP_AND_RETAIN,
-                "state": IntentState.PENDING,
-                "request_id": request_id[:200] if isinstance(request_id, str) else "",
-            }
-        )
-    # native-workspace-export-resume.ts: written before resuming a retained
-    # sandbox to export its files; present = the export is in flight.
-    exports = []
-    if EXPORT_RESUME_KEY in metadata:
-        exports.append({"id": export_id(lease_id), "lease_id": lease_id, "state": "pending"})
-
+    intents, exports = _pending(lease_id, metadata, company_id)
     acquisition = metadata.get(ACQUISITION_KEY)
     if acquisition is not None:
         _json_object(acquisition, ACQUISITION_KEY)
@@ -96,6 +83,40 @@ def lease_metadata(lease_id: UUID, provider_lease_id: str, metadata: dict) -> Le
     if remote_cwd is not None and (not isinstance(remote_cwd, str) or not remote_cwd.strip()):
         raise Malformed("remoteCwd is not a path")
     return LeaseMetadata(receipts, intents, exports, remote_cwd or "")
+
+
+def _pending(lease_id: UUID, metadata: dict, company_id: UUID | None) -> tuple[list, list]:
+    """The lease's pending stop-and-retain intent and export in flight, of its company."""
+    # sandbox-stop-and-retain.ts: the key's presence is the pending stop
+    # (hasStopOnlyCleanup uses hasOwnProperty; "invalid pins stay pending");
+    # settling removes it. The intent has no state of its own.
+    intents = []
+    if STOP_INTENT_KEY in metadata:
+        value = metadata[STOP_INTENT_KEY]
+        request_id = value.get("requestId") if isinstance(value, dict) else None
+        intents.append(
+            {
+                "id": intent_id(lease_id, IntentKind.STOP_AND_RETAIN),
+                "company_id": company_id,
+                "lease_id": lease_id,
+                "kind": IntentKind.STOP_AND_RETAIN,
+                "state": IntentState.PENDING,
+                "request_id": request_id[:200] if isinstance(request_id, str) else "",
+            }
+        )
+    # native-workspace-export-resume.ts: written before resuming a retained
+    # sandbox to export its files; present = the export is in flight.
+    exports = []
+    if EXPORT_RESUME_KEY in metadata:
+        exports.append(
+            {
+                "id": export_id(lease_id),
+                "company_id": company_id,
+                "lease_id": lease_id,
+                "state": "pending",
+            }
+        )
+    return intents, exports
 
 
 def _receipt(key: str, kind: str, lease_id: UUID, provider_lease_id: str, data: dict) -> dict:
@@ -133,9 +154,20 @@ def _receipt(key: str, kind: str, lease_id: UUID, provider_lease_id: str, data: 
         "lease_id": lease_id,
         "run_id": run_id,
         "provider_lease_id": provider_lease_id,
+        "company_id": _company_of(data.get("companyId")),
         "state": state,
         "schema": schema,
         "confirmed_at": confirmed_at,
         "request_id": request_id[:200],
         "payload": {**data, "source": "paperclip-mirror", "metadataKey": key},
     }
+
+
+def _company_of(value) -> UUID | None:
+    """A receipt's companyId as Paperclip compares it (`receipt.companyId !==
+    lease.companyId`, a string equality with the uuid column's canonical text):
+    anything else, or none, is None, and proves nothing for a lease that has
+    a company. Never a reason to refuse the lease row."""
+    if not isinstance(value, str) or not _CANONICAL_UUID.fullmatch(value):
+        return None
+    return UUID(value)

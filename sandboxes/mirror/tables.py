@@ -21,35 +21,37 @@ class Table:
 # Dependency order: rows named by later tables usually exist by then, and a
 # forward reference (an issue bound to a workspace not yet read) becomes a
 # placeholder that the later table fills in within the same iteration.
-# Columns are Paperclip's (packages/db/src/schema/*.ts).
+# Columns are Paperclip's (packages/db/src/schema/*.ts). company_id is NOT NULL
+# on every one of them there, but optional here: an installation without it
+# (an older or adapted schema) still mirrors, its rows without a company.
 TABLES = (
     Table(
         "environments",
         "id",
         translate.environment,
         ("id", "driver", "status", "updated_at"),
-        ("name", "config"),
+        ("company_id", "name", "config"),
     ),
     Table(
         "issues",
         "id",
         translate.issue,
         ("id", "status", "updated_at"),
-        ("identifier", "title", "execution_workspace_id"),
+        ("company_id", "identifier", "title", "execution_workspace_id"),
     ),
     Table(
         "execution_workspaces",
         "id",
         translate.execution_workspace,
         ("id", "updated_at"),
-        ("source_issue_id", "status", "metadata"),
+        ("company_id", "source_issue_id", "status", "metadata"),
     ),
     Table(
         "heartbeat_runs",
         "id",
         translate.heartbeat_run,
         ("id", "status", "updated_at"),
-        ("native_issue_id", "context_snapshot", "started_at", "finished_at"),
+        ("company_id", "native_issue_id", "context_snapshot", "started_at", "finished_at"),
     ),
     Table(
         "environment_leases",
@@ -57,6 +59,7 @@ TABLES = (
         translate.environment_lease,
         ("id", "environment_id", "status", "lease_policy", "provider_lease_id", "updated_at"),
         (
+            "company_id",
             "provider",
             "execution_workspace_id",
             "issue_id",
@@ -82,6 +85,6 @@ TABLES = (
         "id",
         translate.recovery_action,
         ("id", "source_issue_id", "kind", "status", "updated_at"),
-        ("outcome", "evidence"),
+        ("company_id", "outcome", "evidence"),
     ),
 )

@@ -84,6 +84,13 @@ class Row:
 # --- tables -------------------------------------------------------------------
 
 
+def company(src: dict) -> UUID | None:
+    """The row's company_id: NOT NULL in Paperclip, None from an installation
+    without the column. Paperclip's predicates bind receipts to it
+    (docs/rules.md, proof)."""
+    return _uuid(src.get("company_id"), "company_id")
+
+
 def environment_provider(driver: str, config: dict) -> str:
     """Paperclip's provider key: the environment's config names it (a sandbox
     environment's `config.provider`), else the driver is the provider
@@ -102,6 +109,7 @@ def environment(src: dict) -> Row:
         Environment,
         pk,
         {
+            "company_id": company(src),
             "name": _text(src.get("name"), 200) or f"environment {pk}",
             "driver": driver,
             "provider": environment_provider(driver, config),
@@ -113,6 +121,7 @@ def environment(src: dict) -> Row:
 def issue(src: dict) -> Row:
     row = Row(Issue, _uuid(src.get("id"), "id", required=True), {})
     row.fields = {
+        "company_id": company(src),
         "key": _text(src.get("identifier"), 64),
         "title": _text(src.get("title"), 500),
         "status": _choice(src.get("status"), IssueStatus, "status"),
@@ -127,6 +136,7 @@ def execution_workspace(src: dict) -> Row:
     row = Row(ExecutionWorkspace, _uuid(src.get("id"), "id", required=True), {})
     metadata = _json_object(src.get("metadata"), "metadata")
     row.fields = {
+        "company_id": company(src),
         # execution_workspaces.source_issue_id: the task the workspace serves.
         "issue_id": row.ref(Issue, _uuid(src.get("source_issue_id"), "source_issue_id")),
         "status": _text(src.get("status"), 32) or "active",
@@ -154,6 +164,7 @@ def run_issue_id(src: dict) -> UUID | None:
 def heartbeat_run(src: dict) -> Row:
     row = Row(HeartbeatRun, _uuid(src.get("id"), "id", required=True), {})
     row.fields = {
+        "company_id": company(src),
         "issue_id": row.ref(Issue, run_issue_id(src)),
         "status": _choice(src.get("status"), RunStatus, "status"),
         "started_at": _when(src.get("started_at"), "started_at"),
@@ -178,6 +189,7 @@ def environment_lease(src: dict) -> Row:
         raise Malformed(f"provider is not a provider key: {provider!r}", "provider is not a key")
     row = Row(EnvironmentLease, pk, {})
     row.fields = {
+        "company_id": company(src),
         "environment_id": row.ref(
             Environment, _uuid(src.get("environment_id"), "environment_id", required=True)
         ),
@@ -206,7 +218,7 @@ def environment_lease(src: dict) -> Row:
     metadata = src.get("metadata")
     try:
         metadata = _json_object(metadata, "metadata")
-        found = lease_metadata(pk, sandbox, metadata)
+        found = lease_metadata(pk, sandbox, metadata, row.fields["company_id"])
     except Malformed as exc:
         row.quarantined, row.quarantine_kind = str(exc), exc.kind
         row.fields["metadata"] = metadata if isinstance(metadata, dict) else {"raw": metadata}
@@ -241,6 +253,7 @@ def recovery_action(src: dict) -> list[Row]:
         )
     )
     fields = {
+        "company_id": company(src),
         "source_issue_id": _uuid(src.get("source_issue_id"), "source_issue_id", required=True),
         "kind": _text(src.get("kind"), 64),
         "status": _choice(src.get("status"), RecoveryStatus, "status"),

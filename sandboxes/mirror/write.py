@@ -249,12 +249,16 @@ def _write_rows(rows: list[Row], report: MirrorReport, counts: TableCounts) -> i
     intents = [{"placeholder": False, **i} for row in fresh for i in row.intents]
     if intents:
         bulk.upsert(
-            LeaseIntent, intents, update=["lease_id", "kind", "state", "request_id", "placeholder"]
+            LeaseIntent,
+            intents,
+            update=["company_id", "lease_id", "kind", "state", "request_id", "placeholder"],
         )
         report.intents += len(intents)
     exports = [{"placeholder": False, **e} for row in fresh for e in row.exports]
     if exports:
-        bulk.upsert(PendingExport, exports, update=["lease_id", "state", "placeholder"])
+        bulk.upsert(
+            PendingExport, exports, update=["company_id", "lease_id", "state", "placeholder"]
+        )
         report.intents += len(exports)
     if model is EnvironmentLease:
         _settle(fresh, report)

@@ -19,7 +19,8 @@ rows exactly as Paperclip's TypeScript does:
 - restore recovery as legacy-execution-recovery.ts: the action's evidence
   {workspaceRestoreRecovery: {schema, leaseIds: [...]}} and the lease's
   metadata {workspaceRestoreRecovery: {schema, runId}} with lease_policy
-  retain_on_failure.
+  retain_on_failure;
+- every row with its company_id (`switch_company` for another company).
 """
 
 from __future__ import annotations
@@ -167,10 +168,16 @@ class Paperclip:
         tables = [t for t in TABLES if t in present]
         if tables:
             self.conn.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
-        self.company = self._insert("companies", {"id": uuid.uuid4(), "name": "Acme"})
+        self.switch_company("Acme")
+
+    def switch_company(self, name: str) -> dict:
+        """A new company (with its agent) that later rows belong to: Paperclip
+        is multi-company, every row names one."""
+        self.company = self._insert("companies", {"id": uuid.uuid4(), "name": name})
         self.agent = self._insert(
             "agents", {"id": uuid.uuid4(), "company_id": self.company["id"], "name": "coder"}
         )
+        return self.company
 
     # --- plumbing -----------------------------------------------------------------
 
