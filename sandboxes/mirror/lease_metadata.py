@@ -1,8 +1,7 @@
 """What a lease's metadata holds: Paperclip's termination and stop-and-retain
 receipts, a pending stop-and-retain intent, an export in flight, and the
-remote working directory (docs/architecture.md,
-Mirror). The keys and shapes are those Paperclip's writers use
-(server/src/services/…)."""
+remote working directory (docs/architecture.md, Mirror). The keys and shapes
+are those Paperclip's writers use (server/src/services/…)."""
 
 from __future__ import annotations
 
@@ -143,12 +142,19 @@ def _receipt(key: str, kind: str, lease_id: UUID, provider_lease_id: str, data: 
     confirmed_at = _when(data.get("confirmedAt"), f"{key}.confirmedAt")
     if confirmed_at is None:
         raise Malformed(f"{key}.confirmedAt is missing: a queued request is not a receipt")
+    payload = {**data, "source": "paperclip-mirror", "metadataKey": key}
     request_id = data.get("requestId")
     if not isinstance(request_id, str) or not request_id.strip():
+        # The receipt is kept (evidence) under a stable id of its own. A
+        # stop-and-retain receipt without a non-blank requestId is not
+        # confirmed in Paperclip (hasConfirmedSandboxStopAndRetain): the
+        # payload says the id was made up. A termination receipt has none.
         basis = "|".join(
             str(x) for x in (kind, lease_id, run_id, provider_lease_id, state, data["confirmedAt"])
         )
         request_id = "mirror:" + hashlib.sha256(basis.encode()).hexdigest()[:40]
+        if kind == ReceiptKind.STOP_AND_RETAIN:
+            payload["requestIdMissing"] = True
     return {
         "kind": kind,
         "lease_id": lease_id,
@@ -159,7 +165,7 @@ def _receipt(key: str, kind: str, lease_id: UUID, provider_lease_id: str, data: 
         "schema": schema,
         "confirmed_at": confirmed_at,
         "request_id": request_id[:200],
-        "payload": {**data, "source": "paperclip-mirror", "metadataKey": key},
+        "payload": payload,
     }
 
 

@@ -1,6 +1,7 @@
 """What Paperclip's own proof predicates read, mirrored as Paperclip wrote it
-(docs/rules.md, proof): every row's company_id, and each receipt's own
-companyId and its Paperclip keys as written.
+(docs/rules.md, proof): every row's company_id, each receipt's own companyId
+and its Paperclip keys as written, and a stop-and-retain receipt without a
+request id kept but marked.
 
 Receipts are as paperclipai/paperclip writes them: remote-execution-termination.ts
 remoteTerminationReceipt and sandbox-stop-and-retain.ts settleStopOnlyCleanup
@@ -122,8 +123,10 @@ def test_a_receipt_keeps_its_own_company_and_paperclips_keys(paperclip):
     paperclip_keys = written["sandboxStopAndRetainReceipt"]
     assert {k: stop.payload[k] for k in paperclip_keys} == paperclip_keys
     assert stop.payload["confirmedAt"] == written["remoteExecutionTermination"]["confirmedAt"]
+    assert "requestIdMissing" not in stop.payload
     end = m.Receipt.objects.get(lease_id=lease["id"], kind="termination")
     assert end.company_id == p.company["id"]
+    assert "requestIdMissing" not in end.payload  # Paperclip's termination has no request id
 
 
 @pytest.mark.parametrize(
@@ -160,6 +163,40 @@ def test_a_receipt_without_a_readable_company_is_kept_and_names_none(paperclip, 
             receipt.payload["companyId"]
             == p.metadata(lease)["remoteExecutionTermination"]["companyId"]
         )
+
+
+@pytest.mark.parametrize("request_id", [None, "", "   ", 7])
+def test_a_stop_receipt_without_a_request_id_is_kept_and_says_so(paperclip, request_id):
+    """Paperclip confirms a stop-and-retain receipt only with a non-blank string
+    requestId. The mirror keeps it (receipts are evidence) under an id of its
+    own, the payload unchanged plus requestIdMissing, so the predicate can
+    refuse it."""
+    p = paperclip
+    env = p.environment()
+
+    def metadata(row):
+        receipt = stop_receipt(row, "unused")
+        if request_id is None:
+            del receipt["requestId"]
+        else:
+            receipt["requestId"] = request_id
+        return {
+            "remoteExecutionTermination": termination(row),
+            "sandboxStopAndRetainReceipt": receipt,
+        }
+
+    _, _, _, lease = p.task(env, metadata=metadata)
+    out = mirror(p)
+    assert "skipped 0; quarantined 0" in out, out
+    written = p.metadata(lease)["sandboxStopAndRetainReceipt"]
+    stop = m.Receipt.objects.get(lease_id=lease["id"], kind="stop_and_retain")
+    assert stop.request_id.startswith("mirror:")
+    assert stop.payload["requestIdMissing"] is True
+    assert {k: stop.payload[k] for k in written} == written
+    assert ("requestId" in stop.payload) == (request_id is not None)
+    # Re-mirroring finds the same receipt: its made-up id is stable.
+    mirror(p)
+    assert m.Receipt.objects.filter(lease_id=lease["id"], kind="stop_and_retain").count() == 1
 
 
 def test_an_installation_without_company_id_still_mirrors():
