@@ -1,7 +1,8 @@
 """What a lease's metadata holds: Paperclip's termination and stop-and-retain
-receipts, a pending stop-and-retain intent, an export in flight, and the
-remote working directory (docs/architecture.md, Mirror). The keys and shapes
-are those Paperclip's writers use (server/src/services/…)."""
+receipts, a pending stop-and-retain intent, an export in flight, the restore
+source marker, and the remote working directory (docs/architecture.md,
+Mirror). The keys and shapes are those Paperclip's writers use
+(server/src/services/…)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ STOP_RECEIPT_KEY = "sandboxStopAndRetainReceipt"  # sandbox-stop-and-retain.ts
 STOP_INTENT_KEY = "sandboxStopAndRetain"  # sandbox-stop-and-retain.ts
 EXPORT_RESUME_KEY = "nativeWorkspaceExportResume"  # native-workspace-export-resume.ts
 ACQUISITION_KEY = "sandboxLeaseAcquisition"  # environment-runtime.ts
+RESTORE_MARKER_KEY = "workspaceRestoreRecovery"  # legacy-workspace-restore-recovery.ts
 
 
 @dataclass
@@ -70,6 +72,12 @@ def lease_metadata(
             # {state, providerLeaseId}): no proof of anything, not an error.
             continue
         receipts.append(_receipt(key, kind, lease_id, provider_lease_id, data))
+
+    # legacy-workspace-restore-recovery.ts preserveLegacyWorkspaceRestoreSources:
+    # {schema, runId} marks the lease a restore source. Kept verbatim in the
+    # lease's metadata, where the listing reads it; only its shape is checked.
+    if RESTORE_MARKER_KEY in metadata and not isinstance(metadata[RESTORE_MARKER_KEY], dict):
+        raise Malformed(f"{RESTORE_MARKER_KEY} is not a JSON object")
 
     intents, exports = _pending(lease_id, metadata, company_id)
     acquisition = metadata.get(ACQUISITION_KEY)

@@ -19,7 +19,8 @@ rows exactly as Paperclip's TypeScript does:
 - restore recovery as legacy-execution-recovery.ts: the action's evidence
   {workspaceRestoreRecovery: {schema, leaseIds: [...]}} and the lease's
   metadata {workspaceRestoreRecovery: {schema, runId}} with lease_policy
-  retain_on_failure;
+  retain_on_failure, as legacy-workspace-restore-recovery.ts
+  preserveLegacyWorkspaceRestoreSources writes them (`preserve_restore_source`);
 - every row with its company_id (`switch_company` for another company).
 """
 
@@ -428,6 +429,21 @@ class Paperclip:
             failure_reason="sandbox_stop_pending",
             released_at=ago(seconds=1),
             metadata=metadata,
+        )
+        return request_id
+
+    def preserve_restore_source(self, lease: dict) -> str:
+        """legacy-workspace-restore-recovery.ts preserveLegacyWorkspaceRestoreSources
+        on an active lease of a legacy run whose workspace restore failed: the
+        stop-only intent first (prepareSandboxStopAndRetain), then lease_policy
+        retain_on_failure and metadata.workspaceRestoreRecovery {schema, runId}."""
+        request_id = self.prepare_stop(lease)
+        marker = {"schema": RESTORE_SCHEMA, "runId": str(lease["heartbeat_run_id"])}
+        self.update(
+            "environment_leases",
+            lease["id"],
+            lease_policy="retain_on_failure",
+            metadata={**self.metadata(lease), "workspaceRestoreRecovery": marker},
         )
         return request_id
 

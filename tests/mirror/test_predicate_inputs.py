@@ -1,7 +1,9 @@
 """What Paperclip's own proof predicates read, mirrored as Paperclip wrote it
 (docs/rules.md, proof): every row's company_id, each receipt's own companyId
-and its Paperclip keys as written, and a stop-and-retain receipt without a
-request id kept but marked.
+and its Paperclip keys as written, a stop-and-retain receipt without a
+request id kept but marked, and the restore-source marker
+(metadata.workspaceRestoreRecovery) that legacy-workspace-restore-recovery.ts
+preserveLegacyWorkspaceRestoreSources writes.
 
 Receipts are as paperclipai/paperclip writes them: remote-execution-termination.ts
 remoteTerminationReceipt and sandbox-stop-and-retain.ts settleStopOnlyCleanup
@@ -18,6 +20,7 @@ from sandboxes import models as m
 from sandboxes.mirror.sync import mirror_once
 
 from .paperclip import (
+    RESTORE_SCHEMA,
     Paperclip,
     create_database,
     drop_database,
@@ -225,6 +228,61 @@ def test_an_installation_without_company_id_still_mirrors():
     assert row.issue.company_id is None and row.environment.company_id is None
     # The receipt still names the company it carries.
     assert row.receipts.get().company_id is not None
+
+
+def test_a_restore_source_keeps_its_marker(paperclip):
+    """preserveLegacyWorkspaceRestoreSources (legacy-workspace-restore-recovery.ts)
+    marks the lease: retain_on_failure and metadata.workspaceRestoreRecovery
+    {schema, runId}, an active lease getting its stop-only intent first. The
+    marker stays in the mirrored metadata, where the listing asks
+    `metadata ? 'workspaceRestoreRecovery'`, through the stop's settlement."""
+    p = paperclip
+    env = p.environment()
+    _, _, run, lease = p.task(
+        env, run_status="failed", status="active", released_at=None, cleanup_status=None
+    )
+    _, _, _, plain = p.task(env)
+    p.preserve_restore_source(lease)
+    marker = {"schema": RESTORE_SCHEMA, "runId": str(run["id"])}
+    out = mirror(p)
+    assert "skipped 0; quarantined 0" in out, out
+
+    row = m.EnvironmentLease.objects.get(pk=lease["id"])
+    assert (row.status, row.lease_policy) == ("pending_cleanup", "retain_on_failure")
+    assert row.metadata["workspaceRestoreRecovery"] == marker
+    assert m.LeaseIntent.objects.get(lease=row).state == "pending"
+    marked = m.EnvironmentLease.objects.filter(metadata__has_key="workspaceRestoreRecovery")
+    assert list(marked.values_list("pk", flat=True)) == [lease["id"]]
+    assert plain["id"] not in marked.values_list("pk", flat=True)
+
+    p.settle_stop(lease)  # the stop worker: released, both receipts, marker kept
+    mirror(p)
+    row.refresh_from_db()
+    assert (row.status, row.lease_policy) == ("released", "retain_on_failure")
+    assert row.metadata["workspaceRestoreRecovery"] == marker
+    assert row.receipts.count() == 2
+
+
+@pytest.mark.parametrize("marker", ["paperclip.workspace-restore-recovery.v1", None, [1]])
+def test_a_broken_restore_marker_is_quarantined_and_named(paperclip, marker):
+    """A marker that is not an object is a known key in a broken shape: the lease
+    is quarantined (kept out of the reconciler's view, no receipts) like a
+    broken receipt, until Paperclip writes a readable one."""
+    p = paperclip
+    env = p.environment()
+    _, _, _, lease = p.task(
+        env,
+        lease_policy="retain_on_failure",
+        metadata=lambda row: {
+            "remoteExecutionTermination": termination(row),
+            "workspaceRestoreRecovery": marker,
+        },
+    )
+    out = mirror(p)
+    assert "environment_leases: workspaceRestoreRecovery is not a JSON object ×1" in out, out
+    row = m.EnvironmentLease.objects.get(pk=lease["id"])
+    assert row.placeholder and not row.receipts.exists()
+    assert row.metadata["workspaceRestoreRecovery"] == marker  # kept as written, to be seen
 
 
 def test_the_payload_confirmed_at_is_the_original_string(paperclip):
