@@ -124,6 +124,11 @@ class Data(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+# Paperclip's company of the row (every Paperclip row names one); optional, as
+# a client that sends none is judged without it (docs/rules.md, proof).
+Company = Uuid | None
+
+
 class ManifestEntry(Data):
     sha256: Sha256
     size: Annotated[StrictInt, Field(ge=0)]
@@ -131,6 +136,7 @@ class ManifestEntry(Data):
 
 class EnvironmentUpserted(Data):
     environment_id: Uuid
+    company_id: Company = None
     name: Text200
     provider: ProviderKey
     driver: EnvironmentDriver | None = None
@@ -144,6 +150,7 @@ class EnvironmentUpserted(Data):
 
 class IssueUpserted(Data):
     issue_id: Uuid
+    company_id: Company = None
     key: Annotated[str, Field(max_length=64)] | None = None
     title: Annotated[str, Field(max_length=500)] | None = None
     status: IssueStatus
@@ -152,6 +159,7 @@ class IssueUpserted(Data):
 
 class WorkspaceUpserted(Data):
     workspace_id: Uuid
+    company_id: Company = None
     issue_id: Uuid
     save_state: SaveState
     saved_at: Timestamp | None = None
@@ -164,6 +172,7 @@ class WorkspaceUpserted(Data):
 
 class RunUpserted(Data):
     run_id: Uuid
+    company_id: Company = None
     issue_id: Uuid
     status: RunStatus
     started_at: Timestamp | None = None
@@ -203,6 +212,7 @@ class LeaseMetadata(BaseModel):
 
 class LeaseUpserted(Data):
     lease_id: Uuid
+    company_id: Company = None
     environment_id: Uuid
     provider: ProviderKey
     provider_lease_id: SandboxId
@@ -242,6 +252,12 @@ class LeaseReleased(Data):
 
 
 class ReceiptRecorded(Data):
+    """A provider's confirmation. The fields after request_id are those
+    Paperclip's receipts carry for its proof (sandbox-stop-and-retain.ts
+    settleStopOnlyCleanup: companyId, builtinProvider | pluginId, method). All
+    optional: a receipt without one is recorded as sent, and the proof
+    predicate says which condition it fails (docs/rules.md, proof)."""
+
     lease_id: Uuid
     kind: Literal["termination", "stop_and_retain"]
     state: TerminationState | None = Field(default=None, validate_default=True)
@@ -250,6 +266,10 @@ class ReceiptRecorded(Data):
     provider_lease_id: SandboxId
     confirmed_at: Timestamp
     request_id: Text200 | None = None
+    company_id: Company = None
+    builtin_provider: Annotated[str, Field(max_length=64)] | None = None
+    method: Annotated[str, Field(max_length=100)] | None = None
+    plugin_id: Annotated[str, Field(max_length=200)] | None = None
 
     @field_validator("state")
     @classmethod
@@ -274,6 +294,7 @@ class ExportUpserted(Data):
 
 class RecoveryActionUpserted(Data):
     action_id: Uuid
+    company_id: Company = None
     issue_id: Uuid
     kind: Annotated[str, Field(min_length=1, max_length=64)]
     status: RecoveryStatus

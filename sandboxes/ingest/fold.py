@@ -153,6 +153,8 @@ class _UnitOfWork:
         values["placeholder"] = False
         values["source_updated_at"] = event.occurred_at
         self.sent[model].setdefault(pk, set())
+        if "company_id" in event.data.model_fields_set:  # absent: the row keeps its own
+            self.set(model, row, company_id=event.data.company_id)  # type: ignore[attr-defined]
         return row
 
     def set(self, model: Mirrored, row: _Row, **columns: Any) -> None:
@@ -321,6 +323,7 @@ def _apply_receipt(uow: _UnitOfWork, event: Event, d: s.ReceiptRecorded) -> None
             "lease_id": d.lease_id,
             "run_id": d.run_id,
             "provider_lease_id": d.provider_lease_id,
+            "company_id": d.company_id,
             "state": d.state or TerminationState.STOPPED.value,
             "schema": RECEIPT_SCHEMAS[kind],
             "confirmed_at": d.confirmed_at,
