@@ -23,6 +23,7 @@ from sandboxes.models import (
 from sandboxes.models.choices import RECEIPT_SCHEMAS, ReceiptKind, TerminationState
 
 from . import schemas as s
+from .moves import sandbox_move
 from .schemas import Event, EventError
 from .sql import Mirrored, _defaults, _field, _read_rows
 
@@ -214,46 +215,15 @@ def _apply_environment(uow: _UnitOfWork, event: Event, d: s.EnvironmentUpserted)
             uow.set(Environment, env, **{field: _field(Environment, field).get_default()})
 
 
-def _may_move(uow: _UnitOfWork, event: Event, d: s.LeaseUpserted) -> bool:
-    """A lease row names one sandbox; a report naming another moves it, and only
-    a report newer than what the row holds may (docs/rules.md, proof: a record
-    acts on the sandbox its lease names). The move is remembered for the audit
-    trail; a move that is not newer is refused, naming the field."""
-    if uow.was_placeholder(EnvironmentLease, d.lease_id):
-        return True  # a row new to the console (this batch may create and re-send it)
-    row = uow.rows[EnvironmentLease][d.lease_id]
-    before = (row.values["provider"], row.values["provider_lease_id"])
-    if before == (d.provider, d.provider_lease_id):
-        return True
-    held = row.values["source_updated_at"]
-    if held is not None and held > event.occurred_at:
-        return True  # an older report: the upsert leaves the row alone
-    if held is not None and held == event.occurred_at:
-        uow.errors.append(
-            EventError(
-                event.index,
-                "data.provider_lease_id",
-                f"lease {d.lease_id} names sandbox {before[1]!r} ({before[0]}); moving it to "
-                f"{d.provider_lease_id!r} needs a report newer than {held.isoformat()}",
-            )
-        )
-        return False
-    uow.moves.append(
-        (
-            event.index,
-            d.lease_id,
-            before,
-            (d.provider, d.provider_lease_id),
-            held,
-            event.occurred_at,
-        )
-    )
-    return True
-
-
 def _apply_lease(uow: _UnitOfWork, event: Event, d: s.LeaseUpserted) -> None:
-    if not _may_move(uow, event, d):
-        return
+    if not uow.was_placeholder(EnvironmentLease, d.lease_id):
+        # A row the console holds: moving it to another sandbox takes a newer report.
+        error, move = sandbox_move(uow.rows[EnvironmentLease][d.lease_id].values, event, d)
+        if error is not None:
+            uow.errors.append(error)
+            return
+        if move is not None:
+            uow.moves.append(move)
     lease = uow.upsert(EnvironmentLease, d.lease_id, event)
     if lease is None:
         return
