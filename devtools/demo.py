@@ -294,6 +294,9 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
                 lease_policy=s.policy,
                 acquired_at=acquired,
                 released_at=released if s.released_hours is not None else None,
+                # Paperclip settles a lease it stopped: cleanup done
+                # (remote-execution-termination.ts @ 555fcfc, lines 29-30).
+                cleanup_status="success" if s.receipt else None,
                 issue_id=issue,
                 workspace_id=ws,
                 run_id=run,
@@ -307,7 +310,11 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
             stop = {"run_id": run, "provider_lease_id": sandbox, "confirmed_at": released}
             add(ev.receipt(lease, **stop))
             if s.receipt == "stop_and_retain":
-                add(ev.receipt(lease, kind="stop_and_retain", **stop))
+                add(
+                    ev.receipt(
+                        lease, kind="stop_and_retain", request_id=f"demo-sar-{lease}", **stop
+                    )
+                )
         if "recovery_resolved" in s.extra or "recovery_open" in s.extra:
             resolved = "recovery_resolved" in s.extra
             add(

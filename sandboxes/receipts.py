@@ -34,6 +34,8 @@ def write_receipt(
         run_id=r.lease.heartbeat_run_id,
         retirement=r,
         provider_lease_id=r.provider_lease_id,
+        # Bound to the lease's company, as Paperclip binds its own (docs/rules.md, proof).
+        company_id=r.lease.company_id,
         state=state,
         schema=RECEIPT_SCHEMAS.get(kind, ""),
         confirmed_at=at or timezone.now(),

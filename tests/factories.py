@@ -239,13 +239,38 @@ class ReconcilerPassFactory(DjangoModelFactory):
 
 
 def stop_receipt(lease, *, kind=m.ReceiptKind.TERMINATION, run=None, **kwargs):
-    """A confirmed stop for this lease and its run, as Paperclip records it."""
+    """A confirmed stop for this lease and its run, as Paperclip records it: with
+    the receipt, Paperclip settles the lease's cleanup (cleanup_status success;
+    remote-execution-termination.ts @ 555fcfc, hasRemoteTerminationReceipt
+    lines 29-30), so its predicate confirms it. What a test made of the lease's
+    status and released_at stays: a lease active, retained or never released is
+    refused, as Paperclip's predicate refuses it."""
+    changed = []
+    if lease.cleanup_status != m.CleanupStatus.SUCCESS:
+        lease.cleanup_status = m.CleanupStatus.SUCCESS
+        changed.append("cleanup_status")
+    if changed:
+        m.EnvironmentLease.objects.filter(pk=lease.pk).update(
+            **{name: getattr(lease, name) for name in changed}
+        )
     return ReceiptFactory(
         lease=lease,
         run=run if run is not None else lease.heartbeat_run,
         kind=kind,
         state=m.TerminationState.STOPPED,
         **kwargs,
+    )
+
+
+def stop_and_retain(lease, **kwargs):
+    """Paperclip's settled stop-only cleanup: a termination receipt (stopped) and
+    a stop-and-retain receipt confirmed at the same moment, within the lease's
+    [acquired_at, released_at] (sandbox-stop-and-retain.ts @ c5df623,
+    settleStopOnlyCleanup lines 98-128; hasConfirmedSandboxStopAndRetain 33-35)."""
+    at = kwargs.pop("confirmed_at", None) or lease.released_at or timezone.now()
+    return (
+        stop_receipt(lease, confirmed_at=at, **kwargs),
+        stop_receipt(lease, kind=m.ReceiptKind.STOP_AND_RETAIN, confirmed_at=at, **kwargs),
     )
 
 

@@ -13,6 +13,7 @@ from sandboxes.ingest.schemas import TooDeep, decode_json
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import HoldCode, RetirementKind, Stage, TokenScope
 from sandboxes.paging import keyset_page
+from sandboxes.reconciler.holds import explanation
 
 from .auth import token_required
 
@@ -33,6 +34,9 @@ def summary(r: Retirement) -> dict:
         "kind": r.kind,
         "stage": r.stage,
         "holds": list(r.holds or []),
+        # What each hold means for this record (which condition Paperclip's
+        # predicate refused a stop on, which recovery is open).
+        "hold_reasons": {code: explanation(code, r.hold_reasons) for code in (r.holds or [])},
         "attempts": r.attempts,
         "next_attempt_at": _iso(r.next_attempt_at),
         "needs_attention": r.needs_attention,

@@ -36,6 +36,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.functions import Concat
 from django.db.models.lookups import IsNull
 from psycopg import adapters as psycopg_adapters
 from psycopg.postgres import types as psycopg_types
@@ -46,13 +47,10 @@ from sandboxes.models import (
     HeartbeatRun,
     LeaseIntent,
     PendingExport,
-    Receipt,
-    RecoveryAction,
 )
 from sandboxes.models.choices import (
     ISSUE_CLOSED,
     KEEPABLE_STATUSES,
-    RECOVERY_OPEN,
     RUN_LIVE,
     RUN_UNSUCCESSFUL,
     SHARING_STATUSES,
@@ -62,12 +60,17 @@ from sandboxes.models.choices import (
     IntentState,
     LeasePolicy,
     LeaseStatus,
-    ReceiptKind,
     RetirementKind,
-    TerminationState,
 )
 
 from .holds import LeaseFacts
+from .proof_facts import (
+    TERMINATED,
+    open_recovery_on_task,
+    recovery_concerns,
+    recovery_words,
+    stop_receipt,
+)
 
 KEPT_RESTORE_STATUSES = (LeaseStatus.RELEASED, LeaseStatus.FAILED, LeaseStatus.RETAINED)
 # A sandbox that still exists at the provider, as far as the lease row says.
@@ -133,26 +136,6 @@ def _other_rows():
     return Subquery(rows, output_field=IntegerField())
 
 
-def _stop_receipt():
-    """A confirmed stop for exactly this lease, its run and its sandbox
-    (docs/rules.md, candidate kinds): a receipt naming another sandbox proves
-    nothing about this one."""
-    return Receipt.objects.filter(
-        lease=OuterRef("pk"),
-        run=OuterRef("heartbeat_run_id"),
-        provider_lease_id=OuterRef("provider_lease_id"),
-    ).filter(
-        Q(kind=ReceiptKind.TERMINATION, state=TerminationState.STOPPED)
-        | Q(kind=ReceiptKind.STOP_AND_RETAIN)
-    )
-
-
-def _recovery_actions():
-    return RecoveryAction.objects.filter(
-        Q(lease=OuterRef("pk")) | Q(lease__isnull=True, source_issue=OuterRef("issue_id"))
-    )
-
-
 def _facts_annotations() -> dict:
     return {
         "bound_here": Case(
@@ -160,7 +143,11 @@ def _facts_annotations() -> dict:
             default=Value(False),
             output_field=BooleanField(),
         ),
-        "has_stop_receipt": Exists(_stop_receipt()),
+        "has_stop_receipt": Case(
+            When(TERMINATED & Exists(stop_receipt()), then=Value(True)),
+            default=Value(False),
+            output_field=BooleanField(),
+        ),
         "newer_lease": Exists(_newer_row()),
         "other_rows": _other_rows(),
         "issue_run_live": Exists(
@@ -172,8 +159,16 @@ def _facts_annotations() -> dict:
         # no lease on its task.
         # An action naming another lease concerns that lease only (seed 003's
         # file recovery holds only its own sandbox).
-        "recovery_any": Exists(_recovery_actions()),
-        "recovery_open_lease": Exists(_recovery_actions().filter(status__in=RECOVERY_OPEN)),
+        "recovery_any": recovery_concerns(),
+        "recovery_open_lease": Exists(open_recovery_on_task()),
+        # What the recovery_open hold names: the open action's kind and task.
+        "recovery_open_what": Subquery(
+            open_recovery_on_task()
+            .order_by("created_at", "id")
+            .annotate(what=Concat(F("kind"), Value("|"), F("source_issue__key")))
+            .values("what")[:1],
+            output_field=CharField(),
+        ),
         "export_pending": Exists(
             PendingExport.objects.filter(lease=OuterRef("pk"), state=ExportState.PENDING)
         ),
@@ -288,6 +283,7 @@ FACT_FIELDS = (
     "environment_id",
     "environment__retirement_mode",
     "kind",
+    "recovery_open_what",
 )
 
 
@@ -367,6 +363,7 @@ def _to_candidate(row: tuple) -> Candidate:
         environment_id,
         mode,
         kind,
+        recovery_open_what,
     ) = row
     other_rows = other_rows or 0
     facts = LeaseFacts(
@@ -390,6 +387,7 @@ def _to_candidate(row: tuple) -> Candidate:
         resumable_elsewhere=bool(other_rows & RESUMABLE_ELSEWHERE),
         undated_row=bool(other_rows & UNDATED_ROW),
         provider=provider,
+        recovery_action=recovery_words(recovery_open_what),
     )
     return Candidate(lease_id, provider, sandbox, environment_id, mode, kind, facts)
 

@@ -30,8 +30,9 @@ from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 from sandboxes.models import ReconcilerPass, choices
+from sandboxes.rules import paperclip
 
-from . import candidates, decide, holds, listing, preservation
+from . import candidates, decide, holds, listing, predicates, preservation, proof_facts
 
 RELIST_AFTER = timedelta(minutes=10)
 # Change-log rows older than every snapshot a pass may still compare with are
@@ -42,7 +43,8 @@ PRUNE_AFTER = 2 * RELIST_AFTER
 def _rules_version() -> str:
     digest = hashlib.sha256()
     # The status sets the predicates use live in choices.
-    for module in (candidates, holds, decide, listing, preservation, choices):
+    rules = (candidates, proof_facts, predicates, paperclip, holds, decide, listing, preservation)
+    for module in (*rules, choices):
         digest.update(Path(str(module.__file__)).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -19,8 +19,8 @@ from sandboxes.models.choices import (
 HOLD_EXPLANATIONS: dict[str, str] = {
     HoldCode.RUN_ACTIVE: "The lease's own run is still live (queued, retrying or running).",
     HoldCode.ISSUE_RUN_ACTIVE: "Another run on this task is live; it may still need the sandbox.",
-    HoldCode.RECOVERY_OPEN: "A recovery action naming this lease, or naming no lease on its "
-    "task, is still open.",
+    HoldCode.RECOVERY_OPEN: "A recovery action on this task (or the console's file recovery of "
+    "this lease) is still open.",
     HoldCode.EXPORT_PENDING: "A native export of run files from this sandbox is still in flight.",
     HoldCode.INTENT_PENDING: "A stop, export or restore request on this lease is still pending.",
     HoldCode.SANDBOX_SHARED: "Another lease on the same sandbox is active, retained or pending.",
@@ -95,6 +95,9 @@ class LeaseFacts:
     # Some row naming the sandbox has no acquired_at: the rows cannot be ordered.
     undated_row: bool = False
     provider: str = ""
+    # The open recovery action that holds the task, in words ("restore recovery
+    # on PAP-142"); "" when none or not known.
+    recovery_action: str = ""
 
 
 def compute_holds(
@@ -160,8 +163,25 @@ def blocking_holds(holds: list[str], kind: str | None) -> list[str]:
     return list(holds)
 
 
-def explain(holds: list[str]) -> dict[str, str]:
-    return {code: HOLD_EXPLANATIONS[code] for code in holds}
+def explain(
+    holds: list[str],
+    facts: LeaseFacts | None = None,
+    before: dict | None = None,
+    stop_refusal: str = "",
+) -> dict[str, str]:
+    """Each hold's line; where the facts name what holds (the open recovery
+    action), the line names it, and a stop Paperclip's predicate refuses says
+    which condition failed (`stop_refusal`). An operator's own words (`before`,
+    the record's stored lines) are kept."""
+    reasons = {code: HOLD_EXPLANATIONS[code] for code in holds}
+    if stop_refusal and HoldCode.NO_STOP_RECEIPT in reasons:
+        reasons[HoldCode.NO_STOP_RECEIPT] = f"Stop not confirmed: {stop_refusal}."
+    if facts is not None and facts.recovery_action and HoldCode.RECOVERY_OPEN in reasons:
+        reasons[HoldCode.RECOVERY_OPEN] = f"{facts.recovery_action} is open."
+    operator = (before or {}).get(HoldCode.OPERATOR_HOLD)
+    if operator and HoldCode.OPERATOR_HOLD in reasons:
+        reasons[HoldCode.OPERATOR_HOLD] = operator
+    return reasons
 
 
 def explanation(code: str, reasons: dict | None = None) -> str:

@@ -21,7 +21,8 @@ from sandboxes.models.choices import STAGES_CLOSED, Stage
 
 from . import decide
 from .candidates import LEASE_MOVED, Candidate, judge_leases, list_candidates
-from .holds import blocking_holds, compute_holds, explain, holds_change_at
+from .holds import NEEDS_STOP_RECEIPT, blocking_holds, compute_holds, explain, holds_change_at
+from .predicates import stop_refusals
 
 OPEN_FIELDS = (
     "id",
@@ -31,6 +32,7 @@ OPEN_FIELDS = (
     "kind",
     "stage",
     "holds",
+    "hold_reasons",
     "operator_hold_reason",
     "started_for_salvage",
     "next_attempt_at",
@@ -112,6 +114,8 @@ class _Plan:
     to_release: list = field(default_factory=list)
     to_wake: list = field(default_factory=list)
     to_dismiss: dict = field(default_factory=dict)
+    # Why Paperclip's predicate refuses the stop of each lease held no_stop_receipt.
+    refusals: dict = field(default_factory=dict)
 
 
 def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncResult:
@@ -139,7 +143,7 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
     ]
     judged = judge_leases(rejudge)
 
-    plan = _Plan()
+    plan = _Plan(refusals=_stop_refusals([*candidates, *judged.values()]))
     _plan_candidates(plan, by_sandbox, cand_by_sandbox, now)
     _plan_rejudged(plan, by_sandbox, cand_by_sandbox, judged, now)
     _write(plan, result, now)
@@ -153,10 +157,9 @@ def _track(plan: _Plan, rec: dict, cand: Candidate, kind: str, now) -> None:
     holds = compute_holds(
         cand.facts, kind, operator_hold_reason=rec["operator_hold_reason"], now=now
     )
-    if holds != rec["holds"] or kind != rec["kind"]:
-        plan.updates.append(
-            Retirement(pk=rec["id"], holds=holds, hold_reasons=explain(holds), kind=kind)
-        )
+    reasons = explain(holds, cand.facts, rec["hold_reasons"], plan.refusals.get(cand.lease_id, ""))
+    if holds != rec["holds"] or kind != rec["kind"] or reasons != rec["hold_reasons"]:
+        plan.updates.append(Retirement(pk=rec["id"], holds=holds, hold_reasons=reasons, kind=kind))
     step = decide.sync_step(
         stage=rec["stage"],
         blocking=blocking_holds(holds, kind),
@@ -190,10 +193,10 @@ def _plan_candidates(plan: _Plan, by_sandbox: dict, cand_by_sandbox: dict, now) 
                     "a newer lease row on this sandbox is the candidate now"
                 )
             continue
-        plan.creates.append(_new_record(cand, cand.kind, now))
+        plan.creates.append(_new_record(cand, cand.kind, now, plan.refusals.get(cand.lease_id, "")))
 
 
-def _new_record(cand: Candidate, kind: str, now) -> Retirement:
+def _new_record(cand: Candidate, kind: str, now, stop_refusal: str = "") -> Retirement:
     holds = compute_holds(cand.facts, kind, now=now)
     stage, due = decide.new_record_state(
         blocking=blocking_holds(holds, kind), mode=cand.retirement_mode, now=now
@@ -206,9 +209,21 @@ def _new_record(cand: Candidate, kind: str, now) -> Retirement:
         kind=kind,
         stage=stage,
         holds=holds,
-        hold_reasons=explain(holds),
+        hold_reasons=explain(holds, cand.facts, stop_refusal=stop_refusal),
         next_attempt_at=due,
     )
+
+
+def _stop_refusals(candidates) -> dict:
+    """{lease id: why Paperclip's predicate refuses its stop} for the candidates
+    of a kind that needs a confirmed stop and has none (the no_stop_receipt
+    hold says which condition failed). 2 queries, only for those leases."""
+    ids = [
+        c.lease_id
+        for c in candidates
+        if c.kind in NEEDS_STOP_RECEIPT and not c.facts.has_stop_receipt
+    ]
+    return stop_refusals(ids)
 
 
 def _plan_rejudged(plan: _Plan, by_sandbox: dict, cand_by_sandbox: dict, judged: dict, now) -> None:

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from sandboxes import audit
 from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
-from sandboxes.models.choices import ReceiptKind, Stage
+from sandboxes.models.choices import HoldCode, ReceiptKind, Stage
 from sandboxes.notifications import events as notify
 from sandboxes.proof import Proof, fingerprint_of, proof_from_receipts, proof_key, void_reason
 
@@ -27,6 +27,7 @@ from .candidates import LEASE_MOVED, Candidate, judge_lease_locked
 from .claims import fenced
 from .gate import proof_receipts, record_void
 from .holds import blocking_holds, compute_holds, explain
+from .predicates import stop_refusals
 from .records import close_record, wait_record
 
 if TYPE_CHECKING:
@@ -76,7 +77,10 @@ def _refresh_holds(r: Retirement, cand: Candidate | None, now) -> list[str]:
     r.holds = compute_holds(
         cand.facts, cand.kind, operator_hold_reason=r.operator_hold_reason, now=now
     )
-    r.hold_reasons = explain(r.holds)
+    refusal = ""
+    if HoldCode.NO_STOP_RECEIPT in r.holds:
+        refusal = stop_refusals([cand.lease_id]).get(cand.lease_id, "")
+    r.hold_reasons = explain(r.holds, cand.facts, r.hold_reasons, refusal)
     return blocking_holds(r.holds, cand.kind)
 
 

@@ -27,8 +27,9 @@ from sandboxes.models.choices import (
 )
 
 from .candidates import GRAPH_COMPLETE
+from .predicates import stop_and_retain_refusals
+from .proof_facts import FILE_RECOVERY
 
-FILE_RECOVERY = "file_recovery"
 RECORDED_BY = "console"
 _NAMESPACE = uuid.UUID("d8e4d245-2a43-4654-8000-000000000003")
 
@@ -39,10 +40,11 @@ def recovery_action_id(lease_id) -> uuid.UUID:
 
 
 def _sources():
-    """Leases that are preservation sources now: released, reusable, the run
-    cancelled and still the workspace's writer, and a confirmed stop-and-retain
-    receipt for the same run, lease AND sandbox (seed 003: "the same run, lease
-    and allocation"; a receipt naming another sandbox proves nothing)."""
+    """Leases that may be preservation sources now: released, reusable, the run
+    cancelled and still the workspace's writer, and a stop-and-retain receipt
+    for the same run, lease AND sandbox (seed 003: "the same run, lease and
+    allocation"; a receipt naming another sandbox proves nothing). Whether that
+    stop is confirmed is Paperclip's predicate (`_confirmed`)."""
     confirmed_stop_and_retain = Receipt.objects.filter(
         lease=OuterRef("pk"),
         run=OuterRef("heartbeat_run_id"),
@@ -58,21 +60,35 @@ def _sources():
     ).filter(Exists(confirmed_stop_and_retain))
 
 
-def preservation_sources(environment_id=None):
+def _confirmed(leases) -> list[EnvironmentLease]:
+    """The leases whose stop-and-retain Paperclip's `hasConfirmedSandboxStopAndRetain`
+    confirms (sandboxes/rules/paperclip.py). 3 queries."""
+    leases = list(leases)
+    refused = stop_and_retain_refusals(leases, timezone.now())
+    return [lease for lease in leases if not refused[lease.pk]]
+
+
+def preservation_sources(environment_id=None) -> list[EnvironmentLease]:
     recorded = RecoveryAction.objects.filter(lease=OuterRef("pk"), kind=FILE_RECOVERY)
     qs = _sources().filter(~Exists(recorded))
     if environment_id is not None:
         qs = qs.filter(environment_id=environment_id)
-    return qs
+    return _confirmed(qs)
 
 
 def record_preservation_sources(environment_id=None) -> int:
-    """Record missing file-recovery actions: 2 queries whatever the fleet size."""
-    rows = list(
-        preservation_sources(environment_id).values(
-            "id", "issue_id", "heartbeat_run_id", "execution_workspace_id", "provider_lease_id"
-        )
-    )
+    """Record missing file-recovery actions: a fixed number of queries whatever
+    the fleet size."""
+    rows = [
+        {
+            "id": lease.pk,
+            "issue_id": lease.issue_id,
+            "heartbeat_run_id": lease.heartbeat_run_id,
+            "execution_workspace_id": lease.execution_workspace_id,
+            "provider_lease_id": lease.provider_lease_id,
+        }
+        for lease in preservation_sources(environment_id)
+    ]
     if not rows:
         return 0
     actions = [
@@ -103,12 +119,16 @@ def resolve_preservation_actions(environment_id=None) -> int:
     preservation source: Paperclip cleared the writer hold (its recovery saved
     the files), or the lease moved on. One audit row each; a fixed number of
     queries whatever the fleet size."""
-    still = _sources().filter(pk=OuterRef("lease_id"))
     qs = RecoveryAction.objects.filter(
         kind=FILE_RECOVERY, status__in=RECOVERY_OPEN, evidence__recordedBy=RECORDED_BY
-    ).filter(~Exists(still))
+    )
     if environment_id is not None:
         qs = qs.filter(lease__environment_id=environment_id)
+    named = set(qs.values_list("lease_id", flat=True))
+    if not named:
+        return 0
+    still = {lease.pk for lease in _confirmed(_sources().filter(pk__in=named))}
+    qs = qs.exclude(lease_id__in=still)
     now = timezone.now()
     with transaction.atomic():
         rows = list(

@@ -168,17 +168,31 @@ def _release_stopped_lease(r: Retirement, conf: Confirmation) -> EnvironmentLeas
     write_stop_receipts(r, conf, retain=True)
     if (lease.provider, lease.provider_lease_id) != (r.provider, r.provider_lease_id):
         return lease  # moved to another sandbox meanwhile: this stop says nothing of it
-    before = {"status": lease.status, "released_at": iso(lease.released_at)}
+    before = {
+        "status": lease.status,
+        "released_at": iso(lease.released_at),
+        "cleanup_status": lease.cleanup_status,
+    }
+    # As Paperclip settles a stop-only cleanup (sandbox-stop-and-retain.ts,
+    # settleStopOnlyCleanup): released, cleanup success, released now; what its
+    # predicates then read as a confirmed stop (docs/rules.md, proof): the stop's
+    # receipt is confirmed within [acquired_at, released_at].
     lease.status = LeaseStatus.RELEASED
-    lease.released_at = lease.released_at or conf.confirmed_at
-    lease.save(update_fields=["status", "released_at", "updated_at"])
+    lease.cleanup_status = CleanupStatus.SUCCESS
+    if lease.released_at is None or lease.released_at < conf.confirmed_at:
+        lease.released_at = conf.confirmed_at
+    lease.save(update_fields=["status", "cleanup_status", "released_at", "updated_at"])
     audit.record(
         actor=None,
         action="lease.stopped_and_retained",
         obj=lease,
         reason=f"the console stopped and retained the sandbox ({r.kind})",
         before=before,
-        after={"status": lease.status, "released_at": iso(lease.released_at)},
+        after={
+            "status": lease.status,
+            "released_at": iso(lease.released_at),
+            "cleanup_status": lease.cleanup_status,
+        },
     )
     return lease
 

@@ -120,6 +120,20 @@ def _when(moment) -> str:
     return f"{local:%b} {local.day} {local:%H:%M}"
 
 
+def _specific_reason(code: str, r) -> str:
+    """The record's own line for a hold where it names more than the rule does
+    (the recovery action that is open, the condition Paperclip's predicate
+    refused a stop on), as a phrase: "stop not confirmed: the lease …"."""
+    from sandboxes.reconciler.holds import HOLD_EXPLANATIONS
+
+    if code not in ("recovery_open", "no_stop_receipt"):
+        return ""
+    line = (getattr(r, "hold_reasons", None) or {}).get(code, "")
+    if not line or line == HOLD_EXPLANATIONS.get(code):
+        return ""
+    return line[:1].lower() + line[1:].rstrip(".")
+
+
 def hold_phrase(code: str, r) -> str:
     """One hold, as a person reads it on the list, with its end when it has one.
     Uses only what the list already loads (lease, its run and task, environment)."""
@@ -136,6 +150,9 @@ def hold_phrase(code: str, r) -> str:
         if run is not None:
             return f"waiting for run {short(run.pk, 4)} ({_label(run.status)})"
         return "waiting for its run"
+    specific = _specific_reason(code, r)
+    if specific:
+        return specific
     phrases = {
         "issue_run_active": f"another run on {task} is live",
         "recovery_open": f"a recovery on {task} is open",

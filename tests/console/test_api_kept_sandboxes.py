@@ -94,6 +94,7 @@ def test_it_shows_one_sandbox_in_the_documented_shape(client, operator_token, aw
         "kind",
         "stage",
         "holds",
+        "hold_reasons",
         "attempts",
         "next_attempt_at",
         "needs_attention",

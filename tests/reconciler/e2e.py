@@ -138,6 +138,10 @@ def abandoned_warm(provider_name, sid, *, saved, remote_cwd=None, mode="auto"):
         "status": "failed",
         "lease_policy": "reuse_by_environment",
         "acquired_at": "2026-11-30T08:00:00Z",
+        # As Paperclip settles a terminated lease (remote-execution-termination.ts
+        # @ 555fcfc, hasRemoteTerminationReceipt lines 29-30): its stop counts.
+        "released_at": "2026-11-30T09:30:00Z",
+        "cleanup_status": "success",
         "issue_id": ids["issue"],
         "workspace_id": ids["ws"],
         "run_id": ids["run"],

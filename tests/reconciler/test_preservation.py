@@ -32,9 +32,7 @@ def preserved(world, *, sandbox_in_receipt=None):
     stop-and-retain, its workspace still held by that run."""
     story = world.story(UNSAVED)
     story.task(run_status="cancelled", lease_status="released", writer=True)
-    story.stop_receipt(
-        kind="stop_and_retain", provider_lease_id=sandbox_in_receipt or story.sandbox
-    )
+    story.stop_and_retain(provider_lease_id=sandbox_in_receipt or story.sandbox)
     return story.rebind()  # reassigned: the new assignee works in a fresh workspace
 
 

@@ -9,7 +9,9 @@ with `lease_id`.
 
 Fails on main: with zero recovery actions a failed run's restore source was a
 candidate, exported and destroyed on the first pass; the task's move was never
-checked; any open action on the task held every lease of it.
+checked. Since issue 23 an open action on the task holds every sandbox of it
+again, as Paperclip's one-open-action-per-issue index implies; the console's
+own file recovery holds only its lease (tests/reconciler/test_preservation.py).
 """
 
 import pytest
@@ -106,7 +108,13 @@ def test_an_action_naming_no_lease_counts_for_every_lease_of_its_task(world):
     assert_untouched(world, open_story)
 
 
-def test_an_open_action_naming_another_lease_does_not_hold_this_one(world):
+def test_an_open_action_naming_another_lease_holds_this_one_too(world):
+    """Paperclip keeps one open recovery action per issue (unique index
+    issue_recovery_actions_active_source_uq on (company_id, source_issue_id),
+    packages/db/src/schema/issue_recovery_actions.ts @ 37b856a), and seed 001
+    holds on "recovery actions on the issue": an open action on the task holds
+    every sandbox of it, whichever lease it names (issue 23 item 1; this test
+    asserted the opposite before)."""
     other = world.story()
     story = action(restore_source(world).rebind(), "resolved")
     other_lease = uid()
@@ -126,5 +134,7 @@ def test_an_open_action_naming_another_lease_does_not_hold_this_one(world):
     action(story, "active", lease_id=other_lease)
     world.load(story.events)
     world.reconcile()
-    assert_retired(world, story)
+    r = story.record()
+    assert r is None, (r.stage, r.holds)  # all of its task's recovery is not over
+    assert_untouched(world, story)
     assert world.mutations(other.sandbox) == []

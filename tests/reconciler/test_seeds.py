@@ -140,7 +140,9 @@ def test_done_task_warm_sandbox_is_retired_after_24h_and_not_before(warm, local,
     undated = warm(issue__status=m.IssueStatus.DONE, released_at=None)
     reconcile()
     assert retirement_of(young).holds == [m.HoldCode.RETENTION]
-    assert retirement_of(undated).holds == [m.HoldCode.UNKNOWN_AGE]
+    # Undated, and without a released_at no stop is confirmed either
+    # (hasRemoteTerminationReceipt needs it: remote-execution-termination.ts @ 555fcfc, line 29).
+    assert retirement_of(undated).holds == [m.HoldCode.NO_STOP_RECEIPT, m.HoldCode.UNKNOWN_AGE]
     assert_kept(young, local)
     assert_kept(undated, local)
     assert retirement_of(old).kind == m.RetirementKind.DONE_TASK_WARM
@@ -211,8 +213,7 @@ def test_cancelled_run_on_a_stopped_reusable_sandbox_records_file_recovery_once(
     warm, local, reconcile
 ):
     lease = warm(heartbeat_run__status=m.RunStatus.CANCELLED, receipt=False)
-    f.stop_receipt(lease)
-    f.stop_receipt(lease, kind=m.ReceiptKind.STOP_AND_RETAIN)
+    f.stop_and_retain(lease)
     ws = lease.execution_workspace
     ws.writer_run = lease.heartbeat_run
     ws.save()

@@ -83,6 +83,11 @@ class Story:
         )
         self._add(ev.issue(i["issue"], issue_status, key="PAP-1", bound_workspace_id=i["ws"]))
         self.run(run_status)
+        if lease_status in ("released", "failed", "expired"):
+            # As Paperclip settles a lease it terminated (remote-execution-termination.ts
+            # @ 555fcfc, hasRemoteTerminationReceipt lines 29-30): released, cleanup done.
+            lease.setdefault("released_at", self.start + timedelta(hours=1))
+            lease.setdefault("cleanup_status", "success")
         return self._add(
             ev.lease(
                 **{
@@ -106,6 +111,17 @@ class Story:
 
     def release(self, disposition: str, **extra) -> Story:
         return self._add(self.ev.released(self.ids["lease"], disposition, **extra))
+
+    def stop_and_retain(self, **extra) -> Story:
+        """Paperclip's settled stop-only cleanup: the termination receipt (state
+        stopped) and the stop-and-retain receipt, confirmed at the same moment
+        (sandbox-stop-and-retain.ts @ c5df623, settleStopOnlyCleanup lines 98-128;
+        hasConfirmedSandboxStopAndRetain line 33 requires the two to match)."""
+        at = self.tick()
+        self.stop_receipt(confirmed_at=at, request_id=f"term-{uid()}", **extra)
+        return self.stop_receipt(
+            kind="stop_and_retain", confirmed_at=at, request_id=f"sar-{uid()}", **extra
+        )
 
     def stop_receipt(self, kind="termination", **extra) -> Story:
         fields = {
