@@ -1,5 +1,6 @@
 """Typed readers for environment variables that fail loudly on bad values."""
 
+import ipaddress
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -35,3 +36,38 @@ def envlist(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def split_host(entry: str) -> tuple[str, int | None]:
+    """`host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 address →
+    (host lower-cased without brackets, port or None); ValueError otherwise."""
+    entry = entry.strip().lower()
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+        if rest and port is None:
+            raise ValueError(entry)
+        host = str(ipaddress.IPv6Address(host))
+    elif entry.count(":") > 1:
+        host, port = str(ipaddress.IPv6Address(entry)), None
+    else:
+        host, _, port = entry.partition(":")
+        port = port if ":" in entry else None
+    if not host or any(c in host for c in "/@?#[] "):
+        raise ValueError(entry)
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(entry)
+    return host, int(port) if port is not None else None
+
+
+def envhosts(name: str, default: list[str]) -> list[str]:
+    """Comma-separated hosts as `split_host` reads them; a bad entry stops the start."""
+    for item in envlist(name, default):
+        try:
+            split_host(item)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} lists host or host:port entries (e.g. hooks.internal:8443, "
+                f"[fd00::1]:443), got {item!r}"
+            ) from None
+    return envlist(name, default)

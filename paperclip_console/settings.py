@@ -6,7 +6,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from paperclip_console.env import envbool, envint, envlist
+from paperclip_console.env import envbool, envhosts, envint, envlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONSOLE_VAR_DIR", BASE_DIR / "var"))
@@ -207,6 +207,9 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # no finished pass for RECONCILER_OVERDUE_MINUTES is announced as overdue.
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://localhost:8000").strip()
 RECONCILER_OVERDUE_MINUTES = envint("RECONCILER_OVERDUE_MINUTES", 10)
+# Channels may not reach loopback, link-local, private or metadata addresses
+# (README: Notifications) unless their host, or host:port, is listed here.
+NOTIFY_ALLOWED_HOSTS = envhosts("NOTIFY_ALLOWED_HOSTS", [])
 
 # Mirror of a Paperclip database (manage.py mirror_paperclip). Cursors are kept
 # in a JSON file; losing it only means the next run re-reads everything.

@@ -8,10 +8,10 @@ create and rotate, and never shown again.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 
-import apprise
 from django.db import transaction
 from django.utils import timezone
 
@@ -25,8 +25,8 @@ from sandboxes.models import (
     NotificationType,
 )
 
-from . import secrets
-from .delivery import deliver, url_hint
+from . import addresses, secrets
+from .delivery import apprise_service, deliver, url_hint
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,99}$")
 EVENT_TYPES = [t for t in NotificationType.values if t != NotificationType.TEST]
@@ -53,18 +53,40 @@ def _check_env_name(name: str, field: str) -> str:
     return name
 
 
-def _check_url(kind: str, url: str) -> str:
+def _check_url(kind: str, url: str, field: str = "url") -> str:
+    """The URL to store; refused when it is malformed or reaches an internal
+    address (`addresses`, README: Notifications)."""
     url = _storable((url or "").strip())
     if not url:
         return ""
     if len(url) > 2000:
-        raise ActionRefused("url: keep it under 2,000 characters.")
-    if kind == ChannelKind.WEBHOOK:
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise ActionRefused("url: a webhook URL starts with https:// (or http://).")
-    elif not apprise.Apprise().add(url):
-        raise ActionRefused("url: Apprise does not recognise this URL (see its URL list).")
+        raise ActionRefused(f"{field}: keep it under 2,000 characters.")
+    try:
+        if kind == ChannelKind.WEBHOOK:
+            if not re.match(r"^https?://[^/\s]+", url):
+                raise ActionRefused(f"{field}: a webhook URL starts with https:// (or http://).")
+            targets = addresses.webhook_targets(url)
+        else:
+            service = apprise_service(url)
+            if service is None:
+                raise ActionRefused(
+                    f"{field}: Apprise does not recognise this URL (see its URL list)."
+                )
+            targets = addresses.apprise_targets(service)
+        addresses.check_on_save(targets)
+    except addresses.AddressRefused as exc:
+        raise ActionRefused(f"{field}: {exc}") from None
+    except ValueError:
+        raise ActionRefused(f"{field}: the port is not a number from 1 to 65535.") from None
     return url
+
+
+def _check_env_url(kind: str, url_env: str) -> None:
+    """The URL an environment variable holds is judged too when it is set here
+    (the web server); every send judges it again where it is read."""
+    value = os.environ.get(url_env, "") if url_env else ""
+    if value:
+        _check_url(kind, value, "url_env")
 
 
 def _check_events(events) -> list[str]:
@@ -101,6 +123,7 @@ def create_channel(
     url_env = _check_env_name(url_env, "url_env")
     if bool(url) == bool(url_env):
         raise ActionRefused("url: give a URL or the name of the environment variable holding it.")
+    _check_env_url(kind, url_env)
     secret_env = _check_env_name(secret_env, "secret_env")
     if NotificationChannel.objects.filter(environment=env, name=name).exists():
         raise ActionRefused(f"name: {env.name} already has a channel named {name!r}.")
@@ -170,6 +193,7 @@ def update_channel(
         c.url_encrypted, c.url_env, c.url_hint = secrets.encrypt(url), "", url_hint(url)
         url_changed = True
     elif url_env and url_env != c.url_env:
+        _check_env_url(c.kind, url_env)
         c.url_encrypted, c.url_env, c.url_hint = "", url_env, ""
         url_changed = True
     if c.kind == ChannelKind.WEBHOOK:

@@ -6,8 +6,9 @@ dies while sending leaves it to be retried after the deadline (the
 `webhook-id` header stays the same, so a receiver can drop the duplicate).
 
 Failures are recorded (attempts, last error, response code) and retried: 30 s,
-doubling, capped at 1 h, at most MAX_ATTEMPTS times. Nothing here runs inside
-the reconciler's transactions: `emit` queues the task after the commit, and the
+doubling, capped at 1 h, at most MAX_ATTEMPTS times; a host `addresses`
+refuses is not retried. Nothing here runs inside the reconciler's
+transactions: `emit` queues the task after the commit, and the
 `notifications sweep` schedule (setup_schedules) sends whatever is due.
 """
 
@@ -33,7 +34,7 @@ from sandboxes.models import (
     NotificationDelivery,
 )
 
-from . import secrets
+from . import addresses, secrets
 
 log = logging.getLogger(__name__)
 
@@ -120,17 +121,35 @@ def message_text(payload: dict) -> tuple[str, str]:
 _CODE = re.compile(r"error=(\d{3})\b")
 
 
+def apprise_service(url: str):
+    """The Apprise service for a URL, or None if Apprise does not know it.
+    Redirects are off even when the URL asks for them: a redirect could lead
+    to an address the channel's own host was judged not to be."""
+    service = apprise.Apprise.instantiate(url, asset=apprise.AppriseAsset(http_redirects=False))
+    if service is not None:
+        service.redirects = False
+    return service
+
+
 def send_apprise(url: str, payload: dict) -> Outcome:
     title, body = message_text(payload)
-    apobj = apprise.Apprise()
-    if not apobj.add(url):
+    service = apprise_service(url)
+    if service is None:
         raise SendError("Apprise does not recognise this URL")
+    try:
+        addresses.check_on_send(addresses.apprise_targets(service))
+    except OSError as exc:
+        raise SendError(str(exc)) from None
+    apobj = apprise.Apprise()
+    apobj.add(service)
     with apprise.LogCapture(level=logging.INFO) as captured:
         ok = apobj.notify(title=title, body=body)
     logs = captured.getvalue().strip()
     codes = _CODE.findall(logs)
     code = int(codes[-1]) if codes else None
     if not ok:
+        if code is not None and 300 <= code < 400:
+            raise SendError(f"HTTP {code}: redirect not followed", code)
         last = logs.splitlines()[-1] if logs else "Apprise reported a failed send"
         raise SendError(last[:2000], code)
     return Outcome(True, code)
@@ -162,18 +181,16 @@ def send_webhook(url: str, secret: str, msg_id: str, payload: dict) -> Outcome:
     headers = sign_headers(secret, msg_id, body, timezone.now())
     try:
         # No redirects: the signed body goes only to the host the admin configured.
-        response = httpx.post(
-            url,
-            content=body.encode(),
-            headers=headers,
-            timeout=SEND_SECONDS,
-            follow_redirects=False,
-        )
+        with addresses.guarded_client(SEND_SECONDS) as client:
+            response = client.post(url, content=body.encode(), headers=headers)
     except httpx.HTTPError as exc:
         raise SendError(f"{type(exc).__name__}: {exc}") from exc
-    if not 200 <= response.status_code < 300:
-        raise SendError(f"HTTP {response.status_code}: {response.text[:300]}", response.status_code)
-    return Outcome(True, response.status_code)
+    code = response.status_code
+    if 300 <= code < 400:
+        raise SendError(f"HTTP {code}: redirect not followed", code)
+    if not 200 <= code < 300:
+        raise SendError(f"HTTP {code}: {response.text[:300]}", code)
+    return Outcome(True, code)
 
 
 def send(channel: NotificationChannel, msg_id: str, payload: dict) -> Outcome:
@@ -230,9 +247,12 @@ def deliver(delivery_id, *, force: bool = False, now=None) -> str:
         outcome = send(d.channel, f"msg_{d.pk.hex}", d.event.payload)
     except Exception as exc:
         code = getattr(exc, "response_code", None)
-        error = str(exc)[:2000] or type(exc).__name__
+        refused = isinstance(exc, addresses.AddressRefused)
+        error = (f"refused: {exc}" if refused else str(exc))[:2000] or type(exc).__name__
         attempts = d.attempts + 1
-        final = attempts >= MAX_ATTEMPTS or not d.channel.enabled
+        # A refused address stays refused until NOTIFY_ALLOWED_HOSTS changes:
+        # no retry, like a disabled channel.
+        final = attempts >= MAX_ATTEMPTS or not d.channel.enabled or refused
         done = timezone.now()
         NotificationDelivery.objects.filter(fence).update(
             status=DeliveryStatus.FAILED if final else DeliveryStatus.PENDING,

@@ -17,6 +17,12 @@ from sandboxes.views.common import console_view, permission
 LOG_PAGE_SIZE = 50
 
 
+def _refused(form, exc: ActionRefused) -> None:
+    """The refusal on the field it names ("url: …"), else above the form."""
+    field, sep, _ = str(exc).partition(": ")
+    form.add_error(field if sep and field in form.fields else None, str(exc))
+
+
 def _channels_context(request, env, form=None, shown_secret="", created=None) -> dict:
     return {
         "env": env,
@@ -45,7 +51,7 @@ def channel_create(request, pk):
         try:
             channel, shown = actions.create_channel(env.pk, actor=request.user, **form.cleaned_data)
         except ActionRefused as exc:
-            form.add_error(None, str(exc))
+            _refused(form, exc)
         else:
             if not shown:
                 messages.success(request, f"Channel {channel.name} added.")
@@ -106,7 +112,7 @@ def channel_update(request, pk):
         try:
             actions.update_channel(channel.pk, actor=request.user, **form.cleaned_data)
         except ActionRefused as exc:
-            form.add_error(None, str(exc))
+            _refused(form, exc)
         else:
             messages.success(request, "Channel saved.")
             return redirect("channel-detail", pk=channel.pk)

@@ -19,7 +19,7 @@ from sandboxes.reconciler.gate import DestroyRefused, authorize_destroy
 from sandboxes.reconciler.worker import NEEDS_ATTENTION_AFTER
 from sandboxes.roles import ADMINS, OPERATORS
 from tests import factories as f
-from tests.notifications.conftest import serve_receiver
+from tests.notifications.conftest import allow, serve_receiver
 
 from .conftest import retirement_of
 
@@ -37,8 +37,9 @@ def admin(db):
 
 
 @pytest.fixture
-def receiver():
+def receiver(settings):
     with serve_receiver() as state:
+        allow(settings, state.url)  # loopback is refused unless listed
         yield state
 
 
@@ -152,8 +153,11 @@ def test_the_destroy_gate_refuses_without_a_notice_for_this_proof(warm, reconcil
     assert authorize_destroy(r, cand, timezone.now())
 
 
-def test_a_broken_channel_never_delays_or_blocks_a_retirement(warm, reconcile, local, receiver):
+def test_a_broken_channel_never_delays_or_blocks_a_retirement(
+    warm, reconcile, local, receiver, settings
+):
     env = f.EnvironmentFactory(retirement_mode="auto")
+    allow(settings, "127.0.0.1:9")  # listed, and nobody listens there
     dead = channel_for(
         env,
         "http://127.0.0.1:9/nobody",
