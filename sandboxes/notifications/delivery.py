@@ -5,11 +5,12 @@ A delivery is claimed with a fenced status change (pending → sending, with a
 dies while sending leaves it to be retried after the deadline (the
 `webhook-id` header stays the same, so a receiver can drop the duplicate).
 
-Failures are recorded (attempts, last error, response code) and retried: 30 s,
-doubling, capped at 1 h, at most MAX_ATTEMPTS times; a host `addresses`
-refuses is not retried. Nothing here runs inside the reconciler's
-transactions: `emit` queues the task after the commit, and the
-`notifications sweep` schedule (setup_schedules) sends whatever is due.
+Failures are recorded (attempts, a short error, the response code; never the
+response body) and retried: 30 s, doubling, capped at 1 h, at most
+MAX_ATTEMPTS times; a host `addresses` refuses is not retried. Nothing here
+runs inside the reconciler's transactions: `emit` queues the task after the
+commit, and the `notifications sweep` schedule (setup_schedules) sends
+whatever is due.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ BACKOFF_CAP = 60 * 60
 SEND_SECONDS = 10  # per request (connect and read)
 SENDING_LEASE = 120  # a claim on a delivery outlives one send with margin
 SWEEP_BATCH = 500
+ERROR_CHARS = 300  # a short error: what failed, never what a receiver answered
 
 
 def backoff(attempts: int) -> timedelta:
@@ -121,6 +123,12 @@ def message_text(payload: dict) -> tuple[str, str]:
 _CODE = re.compile(r"error=(\d{3})\b")
 
 
+def answer_error(code: int) -> str:
+    """What the log keeps of a receiver's non-2xx answer: its status, never its
+    body (a body can be whatever an internal service answered)."""
+    return f"HTTP {code}: redirect not followed" if 300 <= code < 400 else f"HTTP {code}"
+
+
 def apprise_service(url: str):
     """The Apprise service for a URL, or None if Apprise does not know it.
     Redirects are off even when the URL asks for them: a redirect could lead
@@ -148,10 +156,9 @@ def send_apprise(url: str, payload: dict) -> Outcome:
     codes = _CODE.findall(logs)
     code = int(codes[-1]) if codes else None
     if not ok:
-        if code is not None and 300 <= code < 400:
-            raise SendError(f"HTTP {code}: redirect not followed", code)
-        last = logs.splitlines()[-1] if logs else "Apprise reported a failed send"
-        raise SendError(last[:2000], code)
+        if code is not None:
+            raise SendError(answer_error(code), code)
+        raise SendError(logs.splitlines()[-1] if logs else "Apprise reported a failed send")
     return Outcome(True, code)
 
 
@@ -185,12 +192,9 @@ def send_webhook(url: str, secret: str, msg_id: str, payload: dict) -> Outcome:
             response = client.post(url, content=body.encode(), headers=headers)
     except httpx.HTTPError as exc:
         raise SendError(f"{type(exc).__name__}: {exc}") from exc
-    code = response.status_code
-    if 300 <= code < 400:
-        raise SendError(f"HTTP {code}: redirect not followed", code)
-    if not 200 <= code < 300:
-        raise SendError(f"HTTP {code}: {response.text[:300]}", code)
-    return Outcome(True, code)
+    if not 200 <= response.status_code < 300:
+        raise SendError(answer_error(response.status_code), response.status_code)
+    return Outcome(True, response.status_code)
 
 
 def send(channel: NotificationChannel, msg_id: str, payload: dict) -> Outcome:
@@ -248,7 +252,7 @@ def deliver(delivery_id, *, force: bool = False, now=None) -> str:
     except Exception as exc:
         code = getattr(exc, "response_code", None)
         refused = isinstance(exc, addresses.AddressRefused)
-        error = (f"refused: {exc}" if refused else str(exc))[:2000] or type(exc).__name__
+        error = (f"refused: {exc}" if refused else str(exc))[:ERROR_CHARS] or type(exc).__name__
         attempts = d.attempts + 1
         # A refused address stays refused until NOTIFY_ALLOWED_HOSTS changes:
         # no retry, like a disabled channel.
