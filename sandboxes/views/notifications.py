@@ -1,7 +1,8 @@
 """Notification channels of an environment, and each channel's delivery log.
 
-Everyone with a console role reads them (no URL or secret is ever rendered);
-admins (edit_policy) create, change, rotate, test and delete them."""
+Everyone with a console role reads the channels (no URL or secret is ever
+rendered); admins (edit_policy) create, change, rotate, test and delete them,
+and only they read the delivery log (README: Notifications)."""
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,6 +16,9 @@ from sandboxes.paging import keyset_page
 from sandboxes.views.common import console_view, permission
 
 LOG_PAGE_SIZE = 50
+# The log says what each receiver answered and why a send failed: it is for
+# the admins who configure channels, like the channels' forms.
+DELIVERY_LOG_PERMISSION = "sandboxes.edit_policy"
 
 
 def _refused(form, exc: ActionRefused) -> None:
@@ -69,15 +73,19 @@ def channel_create(request, pk):
 
 
 def _detail_context(request, channel, form=None, shown_secret="") -> dict:
-    page = keyset_page(
-        NotificationDelivery.objects.filter(channel=channel).select_related("event"),
-        order="-created_at",
-        cursor=request.GET.get("after"),
-        size=LOG_PAGE_SIZE,
-    )
+    sees_log = request.user.has_perm(DELIVERY_LOG_PERMISSION)
+    page = None
+    if sees_log:
+        page = keyset_page(
+            NotificationDelivery.objects.filter(channel=channel).select_related("event"),
+            order="-created_at",
+            cursor=request.GET.get("after"),
+            size=LOG_PAGE_SIZE,
+        )
     return {
         "channel": channel,
         "env": channel.environment,
+        "sees_log": sees_log,
         "page": page,
         "first_page": not request.GET.get("after"),
         "form": form

@@ -1,5 +1,5 @@
 """The delivery log keeps a receiver's status code and a short error, never
-what it answered (README: Notifications).
+what it answered, and only admins read it (README: Notifications).
 
 Regression: a non-2xx answer's first 300 bytes were stored as the delivery's
 last error and shown to every role, so a channel pointed at an internal
@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from sandboxes.models import NotificationChannel, NotificationDelivery
 from sandboxes.notifications import channels, delivery, events
-from sandboxes.roles import ADMINS
+from sandboxes.roles import ADMINS, OPERATORS, REVIEWERS
 from tests.console.conftest import login
 from tests.factories import RetirementFactory, UserFactory
 
@@ -104,3 +104,25 @@ def test_bodies_stored_before_are_cleared_to_their_status(record):
     kept.refresh_from_db()
     assert (old.last_error, old.response_code) == ("HTTP 403", 403)
     assert kept.last_error == "ConnectError: refused"
+
+
+@pytest.mark.parametrize(
+    ("group", "sees"), [(REVIEWERS, False), (OPERATORS, False), (ADMINS, True)]
+)
+def test_only_admins_read_the_delivery_log(record, group, sees):
+    channel = NotificationChannel.objects.create(
+        environment=record.environment, name="ops", kind="apprise", url_env="OPS_URL"
+    )
+    announce(record)
+    NotificationDelivery.objects.update(last_error="HTTP 502", response_code=502, attempts=1)
+    client = login(UserFactory(username="someone", groups=[group]))
+    response = client.get(reverse("channel-detail", args=[channel.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "ops" in page  # the channel itself: name, kind, target, events
+    for detail in ("data-delivery-status", "HTTP 502", ">502<", "retirement.retired"):
+        assert (detail in page) is sees, detail
+    if not sees:
+        assert "The delivery log is shown to admins" in page
+        older = client.get(reverse("channel-detail", args=[channel.pk]) + "?after=x")
+        assert older.status_code == 200 and "data-delivery-status" not in older.content.decode()

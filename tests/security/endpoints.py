@@ -274,6 +274,14 @@ PAGES = {
     "sandbox-by-id": "awaiting",
 }
 
+# Who reads each page: every console role, except where listed here (everyone
+# else gets 403).
+READERS = frozenset({"reviewer", "operator", "admin"})
+PAGE_ROLES = {"tokens": ADMINS_ONLY, "users": ADMINS_ONLY}
+# What a page every role reads shows admins only, by a marker in its HTML: a
+# channel's delivery log (what each receiver answered, why a send failed).
+ADMIN_DETAIL = {"channel-detail": "data-delivery-status"}
+
 
 def page_url(name: str, world) -> str:
     """The URL of a read-only page for the objects of the security world."""

@@ -8,11 +8,20 @@ from django.urls import reverse
 from django.utils import timezone
 
 from devtools.events import EPOCH, Events
-from sandboxes.models import ApiToken, AuditEvent
+from sandboxes.models import ApiToken, AuditEvent, NotificationDelivery, NotificationType
+from sandboxes.notifications.events import emit
 from tests.factories import AttachmentFactory
 
 from .conftest import changes, client_for, snapshot
-from .endpoints import ACTIONS, API_ACTIONS
+from .endpoints import (
+    ACTIONS,
+    ADMIN_DETAIL,
+    API_ACTIONS,
+    PAGE_ROLES,
+    PAGES,
+    READERS,
+    page_url,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -64,6 +73,43 @@ def test_operators_cannot_attest_edit_policy_or_manage_tokens(users, world):
         "environment-prices",
         "user-role",
     }
+
+
+# --- pages ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["outsider", "reviewer", "operator", "admin"])
+# An attachment needs its stored file: test_attachments_need_login_and_a_role.
+@pytest.mark.parametrize("name", sorted(n for n, t in PAGES.items() if t != "attachment"))
+def test_each_role_reads_exactly_its_pages(users, world, name, role):
+    response = client_for(users[role]).get(page_url(name, world))
+    allowed = role in PAGE_ROLES.get(name, READERS)
+    assert response.status_code in ((200, 302) if allowed else (403,)), (role, name)
+    if response.status_code == 302:  # a sandbox by its id: to its record's page
+        assert not response["Location"].startswith(reverse("login"))
+
+
+def test_the_page_registry_names_only_pages():
+    assert set(PAGE_ROLES) <= set(PAGES) and set(ADMIN_DETAIL) <= set(PAGES)
+
+
+@pytest.mark.parametrize("role", ["reviewer", "operator", "admin"])
+@pytest.mark.parametrize(("name", "marker"), ADMIN_DETAIL.items())
+def test_what_a_page_shows_admins_only(users, world, name, marker, role):
+    """Regression: every role read a channel's delivery log, with the first 300
+    bytes of whatever each receiver answered."""
+    channel = world["channel"]
+    event = emit(
+        NotificationType.TEST,
+        key="security-delivery",
+        environment=channel.environment,
+        channels=[channel],
+        queue=False,
+    )
+    NotificationDelivery.objects.filter(event=event).update(last_error="HTTP 500")
+    page = client_for(users[role]).get(page_url(name, world)).content.decode()
+    assert (marker in page) is (role == "admin"), (role, name)
+    assert ("HTTP 500" in page) is (role == "admin")
 
 
 # --- attachments ------------------------------------------------------------------------
