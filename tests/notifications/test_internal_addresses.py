@@ -210,3 +210,31 @@ def test_a_listed_host_is_sent_to(admin, record, receiver, settings, kind, schem
     announce(record)
     assert delivery.send_due() == {"delivered": 1}
     assert [r.path for r in receiver.requests] == ["/hook"]
+
+
+def test_a_webhook_connects_to_the_address_it_judged(
+    admin, record, receiver, settings, monkeypatch
+):
+    """DNS rebinding: a name may answer one address to the check and another to
+    the connection. The connection goes to the answer that was judged; a
+    second lookup (here: a closed port) would fail the send. A name that
+    answers differently each time needs a resolver the test controls, so
+    getaddrinfo is replaced for that one name."""
+    import socket
+
+    port = int(receiver.url.rsplit(":", 1)[1])
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1"])  # the receiver; any later answer: a closed port
+
+    def rebinding(host, *args, **kwargs):
+        if host != "rebind.test":
+            return real(host, *args, **kwargs)
+        address = next(answers, "127.0.0.2")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    allow(settings, f"rebind.test:{port}")
+    create(record, admin, "webhook", f"http://rebind.test:{port}/hook")  # listed: not resolved
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    announce(record)
+    assert delivery.send_due() == {"delivered": 1}
+    assert [r.headers["Host"] for r in receiver.requests] == [f"rebind.test:{port}"]
