@@ -145,10 +145,12 @@ def check_on_send(targets) -> None:
 
 
 def webhook_targets(url: str) -> list[tuple[str, int]]:
-    """ValueError for a port that is not a number from 1 to 65535."""
+    """ValueError (saying why) for a URL without a host or with a bad port."""
     parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError("it names no host")
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    return [(parts.hostname or "", port)]
+    return [(parts.hostname, port)]
 
 
 def apprise_targets(plugin) -> list[tuple[str, int | None]]:

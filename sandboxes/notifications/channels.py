@@ -76,8 +76,8 @@ def _check_url(kind: str, url: str, field: str = "url") -> str:
         addresses.check_on_save(targets)
     except addresses.AddressRefused as exc:
         raise ActionRefused(f"{field}: {exc}") from None
-    except ValueError:
-        raise ActionRefused(f"{field}: the port is not a number from 1 to 65535.") from None
+    except ValueError as exc:  # from urlsplit: a bad port or IPv6 address
+        raise ActionRefused(f"{field}: not a URL the console can send to ({exc}).") from None
     return url
 
 

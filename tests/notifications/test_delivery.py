@@ -292,6 +292,10 @@ def test_a_url_may_come_from_an_environment_variable(admin, record, receiver, mo
     [
         ({"kind": "apprise", "url": "nonsense://x"}, "url"),
         ({"kind": "webhook", "url": "ftp://example.com/"}, "url"),
+        ({"kind": "webhook", "url": "https://hooks.example.com:99999/"}, "url"),
+        ({"kind": "webhook", "url": "https://hooks.example.com:port/"}, "url"),
+        ({"kind": "webhook", "url": "http://[fd00::1/"}, "url"),
+        ({"kind": "webhook", "url": "http://:8080/"}, "url"),
         ({"kind": "webhook", "url": "", "url_env": ""}, "url"),
         ({"kind": "apprise", "url_env": "lower-case"}, "url_env"),
         ({"kind": "pager", "url": "https://x"}, "kind"),
