@@ -79,37 +79,28 @@ def preservation_sources(environment_id=None) -> list[EnvironmentLease]:
 def record_preservation_sources(environment_id=None) -> int:
     """Record missing file-recovery actions: a fixed number of queries whatever
     the fleet size."""
-    rows = [
-        {
-            "id": lease.pk,
-            "issue_id": lease.issue_id,
-            "heartbeat_run_id": lease.heartbeat_run_id,
-            "execution_workspace_id": lease.execution_workspace_id,
-            "provider_lease_id": lease.provider_lease_id,
-        }
-        for lease in preservation_sources(environment_id)
-    ]
-    if not rows:
-        return 0
     actions = [
         RecoveryAction(
-            id=recovery_action_id(row["id"]),
-            source_issue_id=row["issue_id"],
+            id=recovery_action_id(lease.pk),
+            source_issue_id=lease.issue_id,
             kind=FILE_RECOVERY,
             status=RecoveryStatus.ACTIVE,
             outcome="",
-            lease_id=row["id"],
+            lease_id=lease.pk,
             evidence={
-                "leaseId": str(row["id"]),
-                "runId": str(row["heartbeat_run_id"]),
-                "workspaceId": str(row["execution_workspace_id"]),
-                "sandboxId": row["provider_lease_id"],
+                "leaseId": str(lease.pk),
+                "runId": str(lease.heartbeat_run_id),
+                "workspaceId": str(lease.execution_workspace_id),
+                "sandboxId": lease.provider_lease_id,
                 "reason": "cancelled run's unsaved files held on a stopped reusable sandbox",
                 "recordedBy": RECORDED_BY,
             },
         )
-        for row in rows
+        for lease in preservation_sources(environment_id)
+        if lease.issue_id is not None  # always: a source names its task (_sources)
     ]
+    if not actions:
+        return 0
     created = RecoveryAction.objects.bulk_create(actions, ignore_conflicts=True)
     return len(created)
 

@@ -256,7 +256,11 @@ def _lease_state_refusal(lease: Lease, receipt: Receipt | None, termination: Rec
     return ""
 
 
-def _stop_receipt_refusal(lease: Lease, receipt: Receipt, termination: Receipt) -> str:
+def _stop_receipt_refusal(
+    lease: Lease, receipt: Receipt | None, termination: Receipt | None
+) -> str:
+    if receipt is None or termination is None:  # refused above already
+        return "no stop-and-retain receipt" if receipt is None else "no termination receipt"
     # line 28: the schema.
     if receipt.schema != STOP_AND_RETAIN_SCHEMA:
         return f"the stop-and-retain receipt's schema is {receipt.schema or 'missing'}"
