@@ -48,6 +48,17 @@ RETIRE_KINDS = (
 )
 
 
+# One condition of Paperclip's hasRemoteTerminationReceipt broken per case
+# (remote-execution-termination.ts @ 555fcfc, lines 24-35).
+PROOF_BREAKS = (
+    "cleanup_pending",  # line 29: cleanupStatus is not success
+    "no_released_at",  # line 29: no releasedAt
+    "other_run",  # line 32: the receipt names an earlier run
+    "other_company",  # line 32: the receipt names another company
+    "destroyed_state",  # a termination that says destroyed confirms no stop
+)
+
+
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -315,6 +326,19 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
     # Faults that outlast a step's budget: failed -> backoff -> retry -> converge.
     add("outlast-abandoned", "abandoned_warm", RETIRED, dirty="ac", shape="outlast")
     add("outlast-resume-failed", "resume_failed", RETIRED, shape="outlast")
+    # Paperclip's own predicates (docs/rules.md, proof): a termination receipt
+    # that fails one condition of hasRemoteTerminationReceipt confirms no stop,
+    # so the sandbox is held no_stop_receipt and never started or destroyed.
+    for condition in PROOF_BREAKS:
+        add(
+            f"proof-{condition}",
+            "abandoned_warm",
+            KEPT,
+            hold="no_stop_receipt",
+            final_stage="held",
+            dirty="a",
+            shape=f"proof_{condition}",
+        )
     # K6: sandbox A is compared and approved; in the approval's transaction its
     # lease is re-sent naming sandbox B and a new active lease with a running run
     # and a writer takes A. A is never destroyed (its record is dismissed: the
@@ -412,6 +436,18 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
         receipt = False
     if case.env == "auto2":
         lease["metadata"] = {"remoteCwd": "work"}
+    if shape == "proof_cleanup_pending":
+        lease["cleanup_status"] = "pending"
+    if shape == "proof_other_company":
+        lease["company_id"] = ev.uid()
+    if receipt or shape in ("preserved", "preserved_cleared"):
+        # Paperclip settles the lease it stopped: cleanup done, released when the
+        # stop was confirmed (remote-execution-termination.ts @ 555fcfc lines
+        # 29-30; sandbox-stop-and-retain.ts @ c5df623 lines 34-35). A case held
+        # unknown_age keeps no released_at: its stop cannot be confirmed either.
+        lease.setdefault("cleanup_status", "success")
+        if hold != "unknown_age" and shape != "proof_no_released_at":
+            lease.setdefault("released_at", rfc3339(now - timedelta(days=2)))
     lease["status"], lease["lease_policy"] = status, policy
 
     out.append(
@@ -488,7 +524,7 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
         # Mid-wave: Paperclip's recovery saved the files and cleared the writer hold.
         case.late_events = [ev.workspace(ids["ws"], ids["issue"], writer_run_id=None)]
     if receipt:
-        out.append(ev.receipt(ids["lease"], request_id=f"paperclip-stop-{ids['lease']}", **stopped))
+        out.extend(_stop_receipt(ev, case, ids, stopped))
     if kind == "closed_restore_source" and shape != "no_recovery":
         out.append(ev.recovery_action(ev.uid(), ids["issue"], "resolved", lease_id=ids["lease"]))
     if hold == "recovery_open":
@@ -515,6 +551,24 @@ def case_events(fleet: Fleet, case: Case) -> list[dict]:
             ev.issue(ids["issue"], "in_progress", bound_workspace_id=ids["ws"]),
             ev.intent(ids["intent"], ids["lease"], "export_resume", "confirmed"),
         ]
+    return out
+
+
+def _stop_receipt(ev: _Events, case: Case, ids: dict, stopped: dict) -> list[dict]:
+    """The case's termination receipt, with the condition its shape breaks."""
+    shape, out = case.shape, []
+    stopped = dict(stopped)
+    extra: dict = {}
+    if shape == "proof_other_run":
+        out.append(ev.run(ids["run2"], ids["issue"], "failed"))
+        stopped["run_id"] = ids["run2"]
+    if shape == "proof_other_company":
+        extra["company_id"] = ev.uid()
+    if shape == "proof_destroyed_state":
+        extra["state"] = "destroyed"
+    out.append(
+        ev.receipt(ids["lease"], request_id=f"paperclip-stop-{ids['lease']}", **stopped, **extra)
+    )
     return out
 
 
