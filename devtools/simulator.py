@@ -4,8 +4,10 @@ Serves the REST and toolbox routes the console uses (docs/architecture.md,
 the rooms) the way Daytona does -- every answer valid for the official `daytona-api-client` and
 `daytona-toolbox-api-client` models, so Daytona's own SDK can drive it -- keeps
 sandboxes in memory, and lets tests, demos and chaos runs inject latency, 5xx,
-409 windows, 429 with Retry-After, stuck transitions, dropped connections and
-any of Daytona's 22 sandbox states, at start or at runtime through `/_sim/*`.
+409 windows, 429 with Retry-After, stuck transitions, dropped connections, a
+lying toolbox (downloads whose bytes disagree with the hash listing, a file
+that changes on every start) and any of Daytona's 22 sandbox states, at start
+or at runtime through `/_sim/*`.
 
 The sources followed (daytonaio/daytona):
 - apps/api/src/sandbox/services/sandbox.service.ts: start/stop/archive/destroy
@@ -140,6 +142,8 @@ class FaultConfig:
     faults_on_toolbox: bool = True
     # An old toolbox: no /files/upload-v2, /files/bulk-upload, /files/bulk-download.
     legacy_toolbox: bool = False
+    # A download answers other bytes than the hash listing names (per request).
+    lie_rate: float = 0.0
 
     def update(self, data: dict) -> None:
         fields = {f.name: f for f in dataclasses.fields(self)}
@@ -178,6 +182,13 @@ class SimSandbox:
     stuck: bool | None = None
     no_sha256sum: bool | None = None
     transition_seconds: float | None = None
+    # A lying toolbox: downloads serve other bytes than the hash listing names.
+    lie_downloads: bool = False
+    # A file (path under HOME) that changes on every start, like a log a boot
+    # script appends to; `starts` counts the starts, `lies` the lying downloads.
+    flap: str | None = None
+    starts: int = 0
+    lies: int = 0
     conflict_until: float = 0.0
     created_at: str = ""
     updated_at: str = ""
@@ -256,6 +267,13 @@ def _now_iso() -> str:
 
 def _abs(path: str) -> str:
     return posixpath.normpath(posixpath.join(HOME, path))
+
+
+def _lie(data: bytes) -> bytes:
+    """Other bytes of the same size (the last byte flipped), so only a hash tells."""
+    if not data:
+        return b"\0"
+    return data[:-1] + bytes([data[-1] ^ 0xFF])
 
 
 def _truthy(value: object) -> bool:
@@ -509,14 +527,27 @@ class Simulator:
             raise refusal(400, NOT_STARTABLE)
         if sb.pending and sb.desired_state != "archived":
             raise self._conflict()
+        if sb.state == "paused" and sb.sandbox_class not in ("linux-vm", "windows"):
+            raise refusal(422, NO_RESUME)
+        self._started_once(sb)
         if sb.state == "paused":
-            if sb.sandbox_class not in ("linux-vm", "windows"):
-                raise refusal(422, NO_RESUME)
             self._begin(sb, "started", "resuming", "started")
         elif sb.state == "archived":
             self._begin(sb, "started", "restoring", "started")
         else:
             self._begin(sb, "started", "starting", "started")
+
+    def _started_once(self, sb: SimSandbox) -> None:
+        """A start that will happen: counted, and the flapping file changes."""
+        sb.starts += 1
+        if sb.flap:
+            target = _abs(sb.flap)
+            parent = posixpath.dirname(target)
+            while parent not in sb.dirs and parent != "/":
+                sb.dirs.add(parent)
+                parent = posixpath.dirname(parent)
+            line = f"boot {sb.starts} of {sb.id}\n".encode()
+            sb.files[target] = sb.files.get(target, b"") + line
 
     def _stop(self, sb: SimSandbox) -> None:
         if sb.state in FAILED:
@@ -633,7 +664,32 @@ class Simulator:
         self, key: str, paths: list[str], skip: bool = True
     ) -> list[tuple[str, bytes | None]]:
         sb = self._toolbox(key, skip)
-        return [(p, sb.files.get(_abs(p))) for p in paths]
+        files = [(p, sb.files.get(_abs(p))) for p in paths]
+        rate = self.config.lie_rate
+        if sb.lie_downloads or (rate and self.rng.random() < rate):
+            sb.lies += 1
+            return [(p, None if data is None else _lie(data)) for p, data in files]
+        return files
+
+    def describe(self, key: str) -> dict:
+        """What a sandbox holds, destroyed or not (a wave's verdict reads what a
+        destroyed sandbox held when it went): state, starts, lies, file digests."""
+        sb = self.sandboxes.get(key)
+        if sb is None:
+            raise refusal(404, f"Sandbox with ID {key} not found")
+        self._settle(sb, time.monotonic())
+        return {
+            "id": sb.id,
+            "state": "destroyed" if sb.gone else sb.state,
+            "starts": sb.starts,
+            "lies": sb.lies,
+            "lie_downloads": sb.lie_downloads,
+            "flap": sb.flap,
+            "files": {
+                path: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                for path, data in sorted(sb.files.items())
+            },
+        }
 
     # --- control ------------------------------------------------------------
 
@@ -642,6 +698,12 @@ class Simulator:
         for name in ("stuck", "no_sha256sum"):
             if name in body:
                 setattr(sb, name, None if body[name] is None else bool(body[name]))
+        if "lie_downloads" in body:
+            sb.lie_downloads = bool(body["lie_downloads"])
+        if "flap" in body:
+            if body["flap"] is not None and not isinstance(body["flap"], str):
+                raise refusal(400, "flap must be a path under the home directory, or null")
+            sb.flap = body["flap"] or None
         if "transition_seconds" in body:
             value = body["transition_seconds"]
             sb.transition_seconds = None if value is None else float(value)
@@ -1144,6 +1206,8 @@ class Handler(BaseHTTPRequestHandler):
                 answer = sim.generate(body)
             elif (match := _SIM_SANDBOX.match(path)) and method == "POST":
                 answer = sim.sandbox_control(unquote(match.group(1)), body)
+            elif (match := _SIM_SANDBOX.match(path)) and method == "GET":
+                answer = sim.describe(unquote(match.group(1)))
             else:
                 raise Reply(404, {"message": f"no control route {method} {path}"})
         self._send_json(200, answer)
@@ -1227,6 +1291,12 @@ class SimulatorControl:
 
     def sandbox(self, key: str, **options) -> dict:
         return self._post(f"/_sim/sandboxes/{key}", options)
+
+    def describe(self, key: str) -> dict:
+        """State, starts, lies and file digests of a sandbox, destroyed or not."""
+        response = httpx.get(f"{self.url}/_sim/sandboxes/{key}", timeout=60)
+        response.raise_for_status()
+        return response.json()
 
     def calls(self, **filters) -> list[dict]:
         response = httpx.get(f"{self.url}/_sim/calls", params=filters, timeout=60)

@@ -1,5 +1,6 @@
 """The simulator itself: Daytona shapes, destroy semantics, runtime faults, call log."""
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import httpx
 import pytest
 
 from devtools.simulator import FaultConfig, SimulatorServer
-from tests.providers.conftest import API_KEY
+from tests.providers.conftest import API_KEY, make_client
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -69,6 +70,63 @@ def test_toolbox_needs_a_started_sandbox(simulator):
         time.sleep(0.05)
         answer = http.post(f"/toolbox/{sid}/process/execute", json={"command": "ls"})
         assert answer.status_code == 400
+
+
+def _digests_and_downloads(daytona, sid):
+    digests = daytona.hash_files(sid, "workspace")
+    downloaded = {
+        path: hashlib.sha256(b"".join(chunks)).hexdigest()
+        for path, chunks in daytona.open_files(sid, "workspace", sorted(digests))
+    }
+    return {p: d.sha256 for p, d in digests.items()}, downloaded
+
+
+def test_a_lying_toolbox_downloads_other_bytes_than_it_lists(daytona, sim):
+    files = {"a.txt": b"alpha\n", "empty.log": b""}
+    sid = daytona.create("liar", {}, files=files).id
+    listed, downloaded = _digests_and_downloads(daytona, sid)
+    assert listed == downloaded  # an honest toolbox
+    sim.sandbox(sid, lie_downloads=True)
+    listed, downloaded = _digests_and_downloads(daytona, sid)
+    assert listed == {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
+    assert all(downloaded[p] != listed[p] for p in files)
+    described = sim.describe(sid)
+    assert described["lies"] == 1 and described["lie_downloads"] is True
+    assert described["files"]["/home/daytona/workspace/a.txt"]["size"] == 6
+
+
+def test_a_flapping_file_changes_on_every_start_and_a_destroyed_sandbox_is_described(daytona, sim):
+    sid = daytona.create("flap", {}, files={"a.txt": b"alpha\n"}).id
+    sim.sandbox(sid, flap="workspace/logs/boot.log")
+    seen = []
+    for _ in range(3):
+        daytona.stop(sid)
+        daytona.start(sid)
+        listed, downloaded = _digests_and_downloads(daytona, sid)
+        assert listed == downloaded  # within one start the file holds still
+        seen.append(listed["logs/boot.log"])
+    assert len(set(seen)) == 3
+    daytona.destroy(sid)
+    described = sim.describe(sid)
+    assert described["state"] == "destroyed" and described["starts"] == 3
+    held = described["files"]["/home/daytona/workspace/logs/boot.log"]["sha256"]
+    assert held == seen[-1]
+    assert httpx.post(f"{sim.url}/_sim/sandboxes/{sid}", json={"flap": 3}).status_code == 400
+    assert httpx.get(f"{sim.url}/_sim/sandboxes/nope").status_code == 404
+
+
+def test_a_seeded_lie_rate_lies_on_some_downloads():
+    with SimulatorServer(seed=5, config=FaultConfig(lie_rate=0.5)) as srv:
+        client = make_client(srv.url, api_key=None)
+        sid = client.create("n", {}, files={"a.txt": b"alpha\n"}).id
+        honest = hashlib.sha256(b"alpha\n").hexdigest()
+        answers = [
+            hashlib.sha256(b"".join(c)).hexdigest() == honest
+            for _ in range(20)
+            for _p, c in client.open_files(sid, "workspace", ["a.txt"])
+        ]
+        client.close()
+    assert True in answers and False in answers
 
 
 def test_unauthenticated_calls_are_refused(simulator):
