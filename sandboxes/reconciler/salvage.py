@@ -9,9 +9,9 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from django.core.files import File
 from django.core.files.storage import default_storage
 
+from sandboxes import content_store
 from sandboxes.models import Attachment
 from sandboxes.providers.base import FileDigest
 
@@ -23,7 +23,11 @@ class ExportError(Exception):
 
 
 class StaleCompare(ExportError):
-    """A file changed on the sandbox since the compare: compare again."""
+    """A file's download does not match what the compare listed (it changed, or
+    the toolbox disagrees with itself): a failed attempt, and compare again."""
+
+
+CHANGED = "the files changed while they were read (the listing and the download disagree)"
 
 
 # The compare's own words when it could not see the workspace (docs/rules.md, proof).
@@ -119,50 +123,61 @@ def diff_against_manifest(digests: dict[str, FileDigest], manifest: dict) -> Dif
     )
 
 
-def _sha256_of_stored(name: str) -> tuple[str, int]:
+def _spooled_sha(chunks: Iterable[bytes], spool) -> tuple[str, int]:
     sha, size = hashlib.sha256(), 0
-    with default_storage.open(name, "rb") as handle:
-        while chunk := handle.read(1024 * 1024):
-            sha.update(chunk)
-            size += len(chunk)
+    for chunk in chunks:
+        sha.update(chunk)
+        size += len(chunk)
+        spool.write(chunk)
     return sha.hexdigest(), size
 
 
-def store_verified(expected_sha: str, chunks: Iterable[bytes]) -> tuple[str, int]:
+def changed_words(shown: str, listed: tuple[str, int | None], downloaded: tuple[str, int]) -> str:
+    """The error of a download that does not match its listing, in words."""
+
+    def one(sha: str, size: int | None) -> str:
+        return f"sha256 {sha[:12]}…" + ("" if size is None else f" ({size} bytes)")
+
+    return f"{CHANGED}: {shown} listed {one(*listed)}, downloaded {one(*downloaded)}"
+
+
+def store_verified(
+    expected_sha: str,
+    chunks: Iterable[bytes],
+    *,
+    shown: str = "a file",
+    listed_size: int | None = None,
+) -> tuple[str, int]:
     """Store one file content-addressed; return (storage name, size) only after
-    the stored bytes were read back and hash to `expected_sha`."""
-    sha, size = hashlib.sha256(), 0
+    the stored bytes were read back and hash to `expected_sha`. `shown` names the
+    file in errors (root/path). A failed write leaves nothing at the name
+    (sandboxes/content_store.py)."""
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-        for chunk in chunks:
-            sha.update(chunk)
-            size += len(chunk)
-            spool.write(chunk)
-        digest = sha.hexdigest()
+        digest, size = _spooled_sha(chunks, spool)
         if digest != expected_sha:
-            raise StaleCompare(
-                f"content changed since the compare ({digest[:12]} ≠ {expected_sha[:12]})"
-            )
+            raise StaleCompare(changed_words(shown, (expected_sha, listed_size), (digest, size)))
         name = Attachment.storage_name(digest)
-        if not default_storage.exists(name):
-            spool.seek(0)
-            saved = default_storage.save(name, File(spool, name=name.rsplit("/", 1)[-1]))
-            if saved != name:
-                # Another worker stored the same content first; ours is a duplicate.
-                default_storage.delete(saved)
-    stored_sha, stored_size = _sha256_of_stored(name)
-    if stored_sha != expected_sha or stored_size != size:
-        raise ExportError(f"stored bytes for {name} do not verify ({stored_sha[:12]})")
+        try:
+            content_store.put_verified(default_storage, name, spool, digest, size)
+        except content_store.StoreError as exc:
+            raise ExportError(f"{shown}: {exc}") from exc
+        except OSError as exc:
+            raise ExportError(f"could not store {shown}: {exc}; nothing was kept") from exc
     return name, size
 
 
 def export_files(
-    opened: Iterator[tuple[str, Iterator[bytes]]], expected: dict[str, dict]
+    opened: Iterator[tuple[str, Iterator[bytes]]], expected: dict[str, dict], root: str = ""
 ) -> list[dict]:
-    """Store every opened file; each entry: path, size, sha256, storage name."""
+    """Store every opened file; each entry: path, size, sha256, storage name.
+    `root` only names the files in errors."""
     exported = []
     for path, chunks in opened:
         want = expected[path]
-        name, size = store_verified(want["sha256"], chunks)
+        shown = f"{root}/{path}" if root else path
+        name, size = store_verified(
+            want["sha256"], chunks, shown=shown, listed_size=want.get("size")
+        )
         exported.append({"path": path, "size": size, "sha256": want["sha256"], "storage": name})
     missing = set(expected) - {f["path"] for f in exported}
     if missing:

@@ -275,7 +275,7 @@ def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
         return
     try:
         opened = provider.open_files(plan.sandbox_id, plan.root, sorted(plan.export_files))
-        exported = salvage.export_files(opened, plan.export_files)
+        exported = salvage.export_files(opened, plan.export_files, plan.root)
     except salvage.StaleCompare as exc:
         _record_stale_export(plan, attempt_id, exc)
         return

@@ -9,6 +9,7 @@ import pytest
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
+from sandboxes import content_store
 from sandboxes import models as m
 from sandboxes.providers.base import TransientProviderError
 from sandboxes.reconciler import machine
@@ -387,7 +388,7 @@ def test_a_storage_error_during_export_keeps_the_sandbox_and_retries(
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(default_storage, "save", broken)
+    monkeypatch.setattr(content_store, "put_verified", broken)
     before = timezone.now()
     reconcile()
     r = retirement_of(lease)
@@ -410,9 +411,7 @@ def test_a_storage_error_during_export_keeps_the_sandbox_and_retries(
 
 def test_an_export_that_does_not_verify_is_not_proof(warm, local, reconcile, monkeypatch):
     lease = abandoned(warm, files=UNSAVED)
-    from sandboxes.reconciler import salvage
-
-    monkeypatch.setattr(salvage, "_sha256_of_stored", lambda name: ("0" * 64, 0))
+    monkeypatch.setattr(content_store, "digest_of", lambda storage, name: ("0" * 64, 0))
     reconcile()
     r = retirement_of(lease)
     assert r.stage == m.Stage.FAILED and "do not verify" in r.last_error
