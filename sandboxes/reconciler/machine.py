@@ -14,6 +14,9 @@ Every destroy goes through `steps.retire_sandbox`, which asks
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+
+from django.utils import timezone
 
 from . import claims, signals
 from .claims import DB_LOST, ClaimLost
@@ -57,12 +60,31 @@ def _run_step(plan: Plan, attempt_id, worker: Worker) -> None:
         signals.step_finished.send(sender=__name__, plan=plan, attempt_id=attempt_id)
 
 
+def _again_next_pass(plan: Plan, attempt_id) -> Plan | None:
+    """A second compare planned in one pass: what the first one saw moved on while
+    the record was worked. A pass compares a record at most once (docs/rules.md,
+    claims and failures), so it is due again on the next pass, and the sandbox the
+    console started is stopped before it waits: the stop's plan, or None."""
+    with claims.fenced(plan.retirement_id, attempt_id) as r:
+        r.next_attempt_at = timezone.now()
+        r.save(update_fields=["next_attempt_at", "updated_at"])
+        started = r.started_for_salvage
+    log.info("sandbox %s: compared once this pass; again on the next", plan.sandbox_id)
+    return replace(plan, action=Action.STOP_BEFORE_WAIT) if started else None
+
+
 def _advance(retirement_id, attempt_id, worker: Worker, max_steps: int) -> None:
+    compared = last = False
     for _ in range(max_steps):
         plan = plan_step(retirement_id, attempt_id, worker)
         if plan is None:
             log.info("record %s waits or is closed", retirement_id)
             break
+        if plan.action == Action.COMPARE and compared:
+            plan, last = _again_next_pass(plan, attempt_id), True
+            if plan is None:
+                break
+        compared = compared or plan.action == Action.COMPARE
         try:
             _run_step(plan, attempt_id, worker)
         except (ClaimLost, *DB_LOST):
@@ -93,5 +115,5 @@ def _advance(retirement_id, attempt_id, worker: Worker, max_steps: int) -> None:
             break
         log.info("step %s on sandbox %s done", plan.action, plan.sandbox_id)
         worker.advanced += 1
-        if plan.action == Action.STOP_ONLY:
+        if last or plan.action == Action.STOP_ONLY:
             break

@@ -261,7 +261,11 @@ def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
             payload=diff.as_payload(plan.root) | {"fingerprint": plan.fingerprint},
         )
         r.size_bytes = diff.total_bytes
-        clear_failures(r)
+        if diff.clean:
+            # A proof. A dirty compare is not one until its export verifies, so
+            # a retry whose export fails again counts on (docs/rules.md, claims
+            # and failures): a toolbox that keeps contradicting itself needs attention.
+            clear_failures(r)
         r.stage = Stage.RETIRING if diff.clean else Stage.EXPORTING
         r.save()
     checkpoint("compare:after_receipt")
@@ -277,8 +281,10 @@ def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
         opened = provider.open_files(plan.sandbox_id, plan.root, sorted(plan.export_files))
         exported = salvage.export_files(opened, plan.export_files, plan.root)
     except salvage.StaleCompare as exc:
+        # A failed attempt (docs/rules.md, claims and failures): the machine's
+        # record_failure stops the sandbox, backs off and, after 5, needs attention.
         _record_stale_export(plan, attempt_id, exc)
-        return
+        raise
     checkpoint("export:before_receipt")
     with fenced(plan.retirement_id, attempt_id) as r:
         files = [_attach(r, f) for f in exported]
@@ -301,8 +307,9 @@ def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
 
 
 def _record_stale_export(plan: Plan, attempt_id, exc: Exception) -> None:
-    """The files changed since the compare: an unverified export receipt that
-    says so, and the record goes back to compare."""
+    """A download did not match the compare's listing (the files changed, or the
+    toolbox disagrees with itself): an unverified export receipt that says so,
+    so the retry compares again instead of exporting that compare."""
     with fenced(plan.retirement_id, attempt_id) as r:
         write_receipt(
             r,
@@ -315,8 +322,6 @@ def _record_stale_export(plan: Plan, attempt_id, exc: Exception) -> None:
                 "fingerprint": plan.fingerprint,
             },
         )
-        r.stage = Stage.COMPARING
-        r.save()
 
 
 def _attach(r: Retirement, f: dict) -> dict:

@@ -761,9 +761,11 @@ def test_a_task_that_resumed_the_workspace_before_the_claim_is_dismissed_under_t
     assert local.calls == []
 
 
-def test_a_file_changed_between_compare_and_export_is_compared_again_and_exported_fresh(
+def test_a_file_changed_between_compare_and_export_fails_then_is_exported_fresh(
     warm, local, monkeypatch
 ):
+    # The stale export is a failed attempt (issue 22 item 4): the sandbox is
+    # stopped and the retry, after its backoff, compares again.
     import hashlib
 
     lease = abandoned(warm, files=UNSAVED)
@@ -784,6 +786,12 @@ def test_a_file_changed_between_compare_and_export_is_compared_again_and_exporte
 
     run_pass(provider_for=lambda env: local)
     r = retirement_of(lease)
+    assert r.stage == m.Stage.FAILED and r.attempts == 1
+    assert "src/app.py listed sha256" in r.last_error
+    assert local.inner.get(lease.provider_lease_id).state == "stopped"
+    m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())
+    run_pass(provider_for=lambda env: local)
+    r.refresh_from_db()
     first, second = r.receipts.filter(kind=m.ReceiptKind.SALVAGE_COMPARE).order_by("created_at")
     stale, verified = r.receipts.filter(kind=m.ReceiptKind.SALVAGE_EXPORT).order_by("created_at")
     assert stale.payload["stale"] is True and stale.payload["verified"] is False
