@@ -35,6 +35,8 @@ def main() -> int:
         "lost_files": 0,
         "duplicate_destroys": 0,
         "left_running": 0,  # running at the end although the rules say stop
+        "left_started_by_inspection": 0,  # the console started it and left it running
+        "repeated_compares": 0,  # a claim that compared more than once
     }
     shortcuts = {"dead_worker_claims_ended": 0, "retry_backoffs_skipped": 0}
     rows, passed_waves, converge = [], 0, []
@@ -86,6 +88,7 @@ def main() -> int:
             f"orphans {len(r['orphans'])}, unsafe {len(r['unsafe_destroys'])}, "
             f"lost {len(r['lost_files'])}, duplicates {len(r['duplicate_destroys'])}, "
             f"left running {len(r.get('left_running', []))}, "
+            f"left started {len(r.get('left_started_by_inspection', []))}, "
             f"K5 (case, failures, s to converge) {k5}, "
             f"kept {r['kept']['kept']}/{r['kept']['expected']}, "
             f"converged in {r['time_to_converge_s']}s, K1 in {'/'.join(kills) or 'none'}, "

@@ -85,21 +85,29 @@ class Case:
     # Provider calls a KEPT case may see (an inspection starts and stops it).
     allowed_ops: tuple = ()
     post_listing_events: list = field(default_factory=list)  # after the first listing
+    # path → sha256 of what the sandbox held at the end (the simulator's word,
+    # read by the verdict): a file that changed during the wave is judged by it.
+    held: dict[str, str] | None = None
 
     @property
     def manifest(self) -> dict:
         return manifest(self.saved)
 
+    def _holds(self) -> dict[str, str]:
+        if self.held is not None:
+            return self.held
+        return {p: sha(b) for p, b in self.files.items()}
+
     @property
     def unsaved(self) -> dict[str, str]:
         """path → sha256 of every added or changed file (what a destroy could lose)."""
-        return {
-            p: sha(b) for p, b in self.files.items() if p not in self.saved or self.saved[p] != b
-        }
+        saved = self.manifest
+        return {p: d for p, d in self._holds().items() if saved.get(p, {}).get("sha256") != d}
 
     @property
     def deleted(self) -> list[str]:
-        return sorted(p for p in self.saved if p not in self.files)
+        holds = self._holds()
+        return sorted(p for p in self.saved if p not in holds)
 
 
 @dataclass
@@ -353,6 +361,10 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
         final_stage="held",
         shape="repoint_to",
     )
+    # K7 (devtools/chaos/liars.py): a toolbox whose downloads contradict its hash
+    # listing, and a file that changes on every start; both converge, retired.
+    add("liar-download", "abandoned_warm", RETIRED, dirty="ac", shape="lies")
+    add("liar-flap", "abandoned_warm", RETIRED, dirty="a", shape="flaps")
 
     events = [ev.environment(**e) for e in envs.values()]
     fleet = Fleet(seed=seed, cases=cases, environments=envs, events=events)

@@ -22,6 +22,13 @@ Definitions (what each number in the report counts):
 - orphan: a sandbox alive at the provider that nothing will retire: no lease
   names it, its newest lease says `expired`, its record says `retired`, or it
   had to be retired and its record was closed without retiring it.
+- left started by an inspection: a sandbox still `started` at the end that the
+  console started (a 2xx start in the call log: it starts a sandbox only to
+  compare or export it), or a record still flagged `started_for_salvage`
+  (DOMAIN §2.3: inspection never leaves a sandbox running).
+- repeated compare: a claim (one worker's turn on one record) that ran more
+  than one compare step: a pass compares a record at most once, so a toolbox
+  that contradicts itself cannot loop inside a pass.
 """
 
 from __future__ import annotations
@@ -245,4 +252,28 @@ def left_running(fleet: Fleet, alive: dict[str, str]) -> list[dict]:
         {"sandbox": c.sandbox_id, "case": c.name, "state": alive[c.sandbox_id]}
         for c in fleet.cases
         if c.expect in (STOPPED, RETIRED) and alive.get(c.sandbox_id) == "started"
+    ]
+
+
+def left_started_by_inspection(calls: list[dict], alive: dict[str, str]) -> list[dict]:
+    """Sandboxes the console started and left running, and records that still say so."""
+    started = {c["sandbox_id"] for c in calls if c["operation"] == "start" and ok(c["status"])}
+    found = [
+        {"sandbox": sid, "why": "the console started it and it is still started"}
+        for sid in sorted(started)
+        if alive.get(sid) == "started"
+    ]
+    for sid, stage in Retirement.objects.filter(started_for_salvage=True).values_list(
+        "provider_lease_id", "stage"
+    ):
+        found.append({"sandbox": sid, "why": f"its record ({stage}) still says it started it"})
+    return found
+
+
+def repeated_compares(compares: dict) -> list[dict]:
+    """Claims that ran more than one compare step (from the workers' trace)."""
+    return [
+        {"retirement": rid, "attempt": attempt, "compares": n}
+        for (rid, attempt), n in sorted(compares.items())
+        if n > 1
     ]

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,8 @@ class Supervisor:
         self.crashes: list[dict] = []
         self.kills: list[dict] = []
         self.claims_ended = 0  # harness shortcut: dead workers' claims ended early
+        # (retirement id, attempt id) -> compare steps run under that claim
+        self.compares: Counter = Counter()
 
     # --- processes -------------------------------------------------------
 
@@ -95,6 +98,8 @@ class Supervisor:
                 elif parts[:1] == ["STEP"] and len(parts) >= 3:
                     worker.step = (parts[1], parts[2])
                     worker.steps += 1
+                    if parts[2] == "compare" and len(parts) >= 4:
+                        self.compares[(parts[1], parts[3])] += 1
                 elif parts[:1] == ["DONE"]:
                     worker.step = None
                 else:

@@ -1,4 +1,4 @@
-"""One chaos wave: fleet → workers under faults (K1–K4) → calm → converge → verdict.
+"""One chaos wave: fleet → workers under faults (K1–K7) → calm → converge → verdict.
 
 Runs against a scratch PostgreSQL database created beside the one DATABASE_URL
 names (dropped afterwards unless kept), the simulator in a child process, and
@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from devtools.chaos import invariants as inv
+from devtools.chaos import liars
 from devtools.chaos.fleet import KEPT, RETIRE_KINDS, RETIRED, STOPPED, Fleet, build_fleet
 from devtools.chaos.fleet import case_events as fleet_case_events
 from devtools.chaos.fleet import workspace_root as fleet_root
@@ -43,6 +44,7 @@ SCENARIOS = (
     "k4_workers_race",
     "k5_budget_outlasted",
     "k6_lease_repointed",
+    "k7_toolbox_lies",
     "issue10_rules",
 )
 KILL_POINTS = ("compare", "export", "retire")
@@ -312,6 +314,14 @@ class Wave:
             stuck = True
         control.faults(script=self.k2_script + self._k1_rules())
         self._k5_start(fleet, control, started)
+        self.k7 = liars.Liars(
+            fleet,
+            control,
+            on=self._on("k7_toolbox_lies"),
+            deadline=started + self.o.fault_seconds + self.o.converge_timeout / 2,
+            say=self.log,
+        )
+        self.k7.arm()
         self.k1_armed_at = time.monotonic()
         self.log(f"faults on: {glob}")
         for _ in range(self.o.workers):
@@ -362,6 +372,7 @@ class Wave:
                 self._try_kill(points, sup)
             sup.reap(self.o.workers)
             self._k5_release(control)
+            self.k7.release()
             self._housekeeping()
             if now - last_line >= 1.0:
                 last_line = now
@@ -623,6 +634,7 @@ class Wave:
             last_check = time.monotonic()
             sup.reap(self.o.workers)
             self._k5_release(control)
+            self.k7.release()
             self._housekeeping()
             missing = self._unconverged(fleet)
             if not missing:
@@ -736,17 +748,23 @@ class Wave:
         calls = self.sim.control.calls()
         alive = self._alive()
         gone = {c.sandbox_id for c in fleet.cases if c.sandbox_id not in alive}
+        for case in fleet.cases:
+            if case.sandbox_id in gone:
+                # Lost files are judged by what the sandbox held when it went.
+                case.held = liars.held_files(self.sim.control, fleet, case)
         unsafe = inv.unsafe_destroys(fleet, calls)
         dupes = inv.duplicate_destroys(fleet, calls)
         lost, unrecorded = inv.lost_files(fleet, gone, self.media)
         orphans = inv.orphans(fleet, alive)
         kept = inv.kept_violations(fleet, calls, alive)
         running = inv.left_running(fleet, alive)
+        left_started = inv.left_started_by_inspection(calls, alive)
+        repeated = inv.repeated_compares(sup.compares)
         statuses = {}
         for c in calls:
             statuses[str(c["status"])] = statuses.get(str(c["status"]), 0) + 1
         converged = converged_in is not None and not stable["changed"]
-        safe = not (unsafe or dupes or lost or orphans or running)
+        safe = not (unsafe or dupes or lost or orphans or running or left_started)
 
         results: dict[str, dict] = {}
 
@@ -825,9 +843,17 @@ class Wave:
             "k5_budget_outlasted",
             self._k5_problems(fleet, alive) if self._on("k5_budget_outlasted") else [],
         )
+        k7_problems, k7_facts = self.k7.problems(len(self.state.k1) + len(self.state.k3))
+        for case in self.k7.cases:
+            k7_problems += [f"{case.name}: {p}" for p in inv.retired_ok(case, alive)]
+        k7_problems += [f"more than one compare in a claim: {r}" for r in repeated]
+        k7_problems += [f"left started by an inspection: {x}" for x in left_started]
+        if not converged:
+            k7_problems.append("the fleet did not converge")
+        verdict("k7_toolbox_lies", k7_problems)
         rules = []
         for case in fleet.cases:
-            if not case.shape or case.shape == "outlast":
+            if not case.shape or case.shape in ("outlast", *liars.SHAPES):
                 continue
             if case.expect == RETIRED:
                 rules += [f"{case.name}: {p}" for p in inv.retired_ok(case, alive)]
@@ -876,6 +902,8 @@ class Wave:
             "scenarios": results,
             "orphans": orphans,
             "left_running": running,
+            "left_started_by_inspection": left_started,
+            "repeated_compares": repeated,
             "unsafe_destroys": unsafe,
             "lost_files": lost,
             "duplicate_destroys": dupes,
@@ -907,6 +935,7 @@ class Wave:
                 "k4_overlapping_passes": overlaps,
                 "k5_outlasted": self.state.k5,
                 "k6_repointed": self.state.k6,
+                "k7_toolbox_lies": k7_facts,
             },
             "workers": {
                 "started": sup.started,
@@ -987,6 +1016,8 @@ def format_report(report: dict) -> str:
     lines += [
         f"  orphans: {len(report['orphans'])}",
         f"  left running that must stop: {len(report.get('left_running', []))}",
+        f"  left started by an inspection: {len(report.get('left_started_by_inspection', []))}",
+        f"  claims that compared more than once: {len(report.get('repeated_compares', []))}",
         f"  unsafe destroys: {len(report['unsafe_destroys'])}",
         f"  lost files: {len(report['lost_files'])}",
         f"  duplicate destroys: {len(report['duplicate_destroys'])}",
@@ -997,7 +1028,8 @@ def format_report(report: dict) -> str:
         f"  K1 kills: {[(k['point'], k['in_step']) for k in report['faults']['k1_kills']]}; "
         f"K3 drops: {report['faults']['k3_drops']}; "
         f"K4 overlapping passes: {report['faults']['k4_overlapping_passes']}; "
-        f"K5 outlasted a step budget: {report['faults'].get('k5_outlasted', [])}",
+        f"K5 outlasted a step budget: {report['faults'].get('k5_outlasted', [])}; "
+        f"K7 lying toolboxes: {report['faults'].get('k7_toolbox_lies', [])}",
         f"  workers: {report['workers']['started']} started, {report['workers']['killed']} killed,"
         f" {len(report['workers']['crashed'])} crashed",
         f"  harness shortcuts (not production behaviour): "

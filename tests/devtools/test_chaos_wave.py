@@ -1,4 +1,4 @@
-"""The CI short wave: a few scenarios, one fault of each kind (K1–K4), must pass.
+"""The CI short wave: a few scenarios, one fault of each kind (K1–K7), must pass.
 
 The wave runs in its own process against a scratch database beside the one
 DATABASE_URL names, so it never touches the test database others share.
@@ -25,6 +25,7 @@ SHORT = (
     "k4_workers_race",
     "k5_budget_outlasted",
     "k6_lease_repointed",
+    "k7_toolbox_lies",
     "issue10_rules",
 )
 
@@ -84,6 +85,8 @@ def test_a_short_wave_passes(tmp_path):
     assert result["scenarios_passed"] == result["scenarios_total"] == len(SHORT), summary
     assert result["orphans"] == [], summary
     assert result["left_running"] == [], summary
+    assert result["left_started_by_inspection"] == [], summary
+    assert result["repeated_compares"] == [], summary
     assert result["unsafe_destroys"] == [], summary
     assert result["lost_files"] == [], summary
     assert result["duplicate_destroys"] == [], summary
@@ -97,6 +100,13 @@ def test_a_short_wave_passes(tmp_path):
     assert {k["case"] for k in outlasted} == {"outlast-abandoned", "outlast-resume-failed"}
     assert all(k["failures"] >= 1 and k["converged_after"] >= 30 for k in outlasted)
     assert result["workers"]["crashed"] == [], summary
+    # K7: the lying toolbox failed in words until its record needed attention,
+    # then converged; the flapping sandbox was started and exported as it held.
+    liars = {k["case"]: k for k in result["faults"]["k7_toolbox_lies"]}
+    assert set(liars) == {"liar-download", "liar-flap"}
+    assert liars["liar-download"]["lies"] >= 1 and liars["liar-download"]["failures"] >= 5
+    assert liars["liar-download"]["lie_ended"] == "needs attention"
+    assert liars["liar-flap"]["starts"] >= 1
     # The harness's shortcuts are reported, not hidden.
     assert set(result["harness_shortcuts"]) == {
         "dead_worker_claims_ended",

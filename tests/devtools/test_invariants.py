@@ -46,3 +46,30 @@ def test_retries_of_one_operation_and_404s_are_not_duplicates():
         call("sb-4", "other"),
     ]
     assert inv.duplicate_destroys(build_fleet(1), calls) == []
+
+
+def test_a_sandbox_the_console_started_and_left_running_is_caught():
+    calls = [
+        call("sb-5", "s1", op="start"),  # started for a compare, never stopped
+        call("sb-6", "s2", op="start"),
+        call("sb-6", "s3", op="stop"),
+        call("sb-7", "s4", op="start", status=409),  # refused: it never started
+    ]
+    alive = {"sb-5": "started", "sb-6": "stopped", "sb-7": "started", "sb-8": "started"}
+    found = inv.left_started_by_inspection(calls, alive)
+    # sb-8 was running before the wave (the console never started it): kept as found.
+    assert [x["sandbox"] for x in found] == ["sb-5"]
+
+
+def test_a_record_still_flagged_started_for_salvage_is_caught():
+    from tests import factories as f
+
+    record = f.RetirementFactory(started_for_salvage=True)
+    found = inv.left_started_by_inspection([], {})
+    assert [x["sandbox"] for x in found] == [record.provider_lease_id]
+    assert record.stage in found[0]["why"]
+
+
+def test_a_claim_that_compared_twice_is_caught():
+    compares = {("r1", "a1"): 1, ("r1", "a2"): 2, ("r2", "a3"): 1}
+    assert inv.repeated_compares(compares) == [{"retirement": "r1", "attempt": "a2", "compares": 2}]

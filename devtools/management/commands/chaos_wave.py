@@ -15,7 +15,9 @@ class Command(BaseCommand):
     help = (
         "Run one chaos wave: a seeded fleet through the ingest API, reconciler workers "
         "under faults (K1 SIGKILL mid-step, K2 provider faults, K3 database drops, "
-        "K4 racing workers, K5 provider faults that outlast a step's budget), then "
+        "K4 racing workers, K5 provider faults that outlast a step's budget, K6 a "
+        "lease re-pointed to another sandbox after its approval, K7 a toolbox that "
+        "lies), then "
         "convergence and invariant checks. Uses a scratch "
         "database beside DATABASE_URL and the provider simulator on loopback. "
         "Exits 1 when any scenario or invariant fails."
