@@ -6,9 +6,12 @@ Two cases of the fleet meet a toolbox that contradicts itself:
   attempt must fail in words, stop the sandbox and back off; the lie lasts
   until the record needs attention (five failed attempts), or a deadline, and
   then the sandbox converges: exported as it is, retired.
-- `flaps`: a file changes on every start (a log a boot script appends to).
-  Whatever the start count, what is exported must be what the sandbox held
-  when it was destroyed (the simulator describes a destroyed sandbox).
+- `flaps`: a file changes on every start (a log a boot script appends to),
+  and the toolbox refuses its first bulk download (403), so the export after
+  the failed attempt runs on a restarted sandbox whose file changed since the
+  compare. Whatever the start count, what is exported must be what the
+  sandbox held when it was destroyed (the simulator describes a destroyed
+  sandbox).
 
 The wave judges both with the general invariants (no sandbox left started by
 an inspection, at most one compare a claim, no lost file judged by what the
@@ -47,17 +50,29 @@ class Liars:
         self.ended: dict[str, str] = {}  # sandbox id -> why the lie ended
 
     def arm(self) -> None:
+        refusals = []
         for case in self.cases:
             if case.shape == "lies":
                 self.control.sandbox(case.sandbox_id, lie_downloads=True)
                 self.lying.add(case.sandbox_id)
             else:
                 self.control.sandbox(case.sandbox_id, flap=flap_path(self.fleet, case))
+                refusals.append(
+                    {"operation": "bulk_download", "sandbox_id": case.sandbox_id, "k7": "flap"}
+                    | {"status": 403, "times": 1}
+                )
+        if refusals:
+            self.control.faults(script=self.control.faults()["script"] + refusals)
         if self.cases:
             self.say(
                 f"K7: {len(self.lying)} toolbox(es) lie on every download, "
                 f"{len(self.cases) - len(self.lying)} sandbox(es) change a file on every start"
             )
+
+    def live_rules(self) -> list[dict]:
+        """K7's scripted refusals not used yet (the calm keeps them)."""
+        script = self.control.faults()["script"]
+        return [r for r in script if r.get("k7") and r.get("times", 1) > 0]
 
     def release(self) -> None:
         """A lie ends once its record needs attention (or at the deadline)."""
@@ -114,8 +129,11 @@ class Liars:
                     problems.append(
                         f"{case.name}: {stale} stale exports, {len(failures)} failed attempts"
                     )
-            elif held["starts"] < 1:
-                problems.append(f"{case.name}: never started, the flap was not exercised")
+            else:
+                if held["starts"] < 1:
+                    problems.append(f"{case.name}: never started, the flap was not exercised")
+                if not failures:
+                    problems.append(f"{case.name}: no failed attempt (the 403 never came)")
         return problems, facts
 
 

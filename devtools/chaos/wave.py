@@ -609,7 +609,10 @@ class Wave:
         # Not /_sim/reset: it would clear the call log the verdict reads.
         defaults = dataclasses.asdict(FaultConfig())
         # Faults off — except the K1 slow-step rules of kill points still pending.
-        control.faults(script=self._k1_rules(), **{k: defaults[k] for k in self.state.faults["k2"]})
+        control.faults(
+            script=self._k1_rules() + self.k7.live_rules(),
+            **{k: defaults[k] for k in self.state.faults["k2"]},
+        )
         self.k1_armed_at = time.monotonic()
         alive = self._alive()
         outlasting = set(self.k5_pending)
