@@ -24,7 +24,7 @@ from sandboxes.models.choices import (
 )
 from sandboxes.proof import fingerprint_of, has_approval, proof_for, proof_key
 from sandboxes.receipts import write_receipt
-from sandboxes.reconciler.holds import blocking_holds, explanation
+from sandboxes.rules.holds import blocking_holds, explanation
 
 MAX_BULK_APPROVE = 50
 

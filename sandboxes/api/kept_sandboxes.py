@@ -13,7 +13,7 @@ from sandboxes.ingest.schemas import TooDeep, decode_json
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import HoldCode, RetirementKind, Stage, TokenScope
 from sandboxes.paging import keyset_page
-from sandboxes.reconciler.holds import explanation
+from sandboxes.rules.holds import explanation
 
 from .auth import token_required
 

@@ -62,8 +62,8 @@ from sandboxes.models.choices import (
     LeaseStatus,
     RetirementKind,
 )
+from sandboxes.rules.holds import LeaseFacts
 
-from .holds import LeaseFacts
 from .proof_facts import (
     TERMINATED,
     open_recovery_on_task,

@@ -29,10 +29,10 @@ from typing import Any
 from django.db import connection
 from django.utils.dateparse import parse_datetime
 
+from sandboxes import rules as ground_floor
 from sandboxes.models import ReconcilerPass, choices
-from sandboxes.rules import paperclip
 
-from . import candidates, decide, holds, listing, predicates, preservation, proof_facts
+from . import candidates, decide, listing, predicates, preservation, proof_facts
 
 RELIST_AFTER = timedelta(minutes=10)
 # Change-log rows older than every snapshot a pass may still compare with are
@@ -42,10 +42,13 @@ PRUNE_AFTER = 2 * RELIST_AFTER
 
 def _rules_version() -> str:
     digest = hashlib.sha256()
-    # The status sets the predicates use live in choices.
-    rules = (candidates, proof_facts, predicates, paperclip, holds, decide, listing, preservation)
-    for module in (*rules, choices):
-        digest.update(Path(str(module.__file__)).read_bytes())
+    # The status sets the predicates use live in choices; the pure rules, every
+    # module of them, in sandboxes/rules.
+    rules = (candidates, proof_facts, predicates, decide, listing, preservation, choices)
+    files = [Path(str(module.__file__)) for module in rules]
+    files += sorted(Path(str(ground_floor.__file__)).parent.glob("*.py"))
+    for path in files:
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -25,10 +25,10 @@ from sandboxes.proof import (
     proof_key,
 )
 from sandboxes.providers.base import SandboxState, TransientProviderError
+from sandboxes.rules.holds import STOP_ONLY_KINDS, compute_holds
 
 from . import decide
 from .candidates import LEASE_MOVED, Candidate, sandbox_rows
-from .holds import STOP_ONLY_KINDS, compute_holds
 from .records import iso
 
 

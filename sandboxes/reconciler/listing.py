@@ -18,10 +18,16 @@ from django.utils import timezone
 
 from sandboxes.models import AuditEvent, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, Stage
+from sandboxes.rules.holds import (
+    NEEDS_STOP_RECEIPT,
+    blocking_holds,
+    compute_holds,
+    explain,
+    holds_change_at,
+)
 
 from . import decide
 from .candidates import LEASE_MOVED, Candidate, judge_leases, list_candidates
-from .holds import NEEDS_STOP_RECEIPT, blocking_holds, compute_holds, explain, holds_change_at
 from .predicates import stop_refusals
 
 OPEN_FIELDS = (

@@ -21,12 +21,12 @@ from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
 from sandboxes.models.choices import HoldCode, ReceiptKind, Stage
 from sandboxes.notifications import events as notify
 from sandboxes.proof import Proof, fingerprint_of, proof_from_receipts, proof_key, void_reason
+from sandboxes.rules.holds import blocking_holds, compute_holds, explain
 
 from . import decide
 from .candidates import LEASE_MOVED, Candidate, judge_lease_locked
 from .claims import fenced
 from .gate import proof_receipts, record_void
-from .holds import blocking_holds, compute_holds, explain
 from .predicates import stop_refusals
 from .records import close_record, wait_record
 

@@ -34,10 +34,10 @@ from sandboxes.models.choices import (
     Stage,
 )
 from sandboxes.proof import PROOF_KINDS, fingerprints_of, proof_from_receipts
+from sandboxes.rules.holds import blocking_holds, compute_holds
 
 from . import decide
 from .candidates import Candidate, judge_leases, list_candidates
-from .holds import blocking_holds, compute_holds
 
 # Categories, in display order, with what each means for an admin.
 CATEGORIES = {

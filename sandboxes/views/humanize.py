@@ -14,6 +14,9 @@ from datetime import datetime
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from sandboxes.rules.codes import HoldCode
+from sandboxes.rules.holds import phrase
+
 DASH = "—"
 
 
@@ -107,7 +110,7 @@ def change_rows(before: dict | None, after: dict | None) -> list[Change]:
     return changed + context
 
 
-# --- holds in plain words (issue 15 item 12) ----------------------------------------
+# --- holds in plain words (docs/rules.md, holds) ----------------------------------------
 
 
 def short(value, size: int = 8) -> str:
@@ -120,52 +123,23 @@ def _when(moment) -> str:
     return f"{local:%b} {local.day} {local:%H:%M}"
 
 
-def _specific_reason(code: str, r) -> str:
-    """The record's own line for a hold where it names more than the rule does
-    (the recovery action that is open, the condition Paperclip's predicate
-    refused a stop on), as a phrase: "stop not confirmed: the lease …"."""
-    from sandboxes.reconciler.holds import HOLD_EXPLANATIONS
-
-    if code not in ("recovery_open", "no_stop_receipt"):
-        return ""
-    line = (getattr(r, "hold_reasons", None) or {}).get(code, "")
-    if not line or line == HOLD_EXPLANATIONS.get(code):
-        return ""
-    return line[:1].lower() + line[1:].rstrip(".")
-
-
 def hold_phrase(code: str, r) -> str:
-    """One hold, as a person reads it on the list, with its end when it has one.
-    Uses only what the list already loads (lease, its run and task, environment)."""
+    """One hold, as a person reads it on the list (`sandboxes.rules.holds:phrase`,
+    the one table of hold words), from what the list already loads: the record's
+    stored line, its lease with the lease's run and task, its environment."""
     lease = getattr(r, "lease", None)
     env = getattr(r, "environment", None)
     issue = getattr(lease, "issue", None) if lease is not None else None
     run = getattr(lease, "heartbeat_run", None) if lease is not None else None
-    task = (issue.key or short(issue.pk)) if issue is not None else "the task"
-    if code == "retention":
-        if lease is not None and lease.released_at and env is not None:
-            return f"retention until {_when(lease.released_at + env.warm_retention)}"
-        return "inside the retention window"
-    if code == "run_active":
-        if run is not None:
-            return f"waiting for run {short(run.pk, 4)} ({_label(run.status)})"
-        return "waiting for its run"
-    specific = _specific_reason(code, r)
-    if specific:
-        return specific
-    phrases = {
-        "issue_run_active": f"another run on {task} is live",
-        "recovery_open": f"a recovery on {task} is open",
-        "export_pending": "an export of run files is in flight",
-        "intent_pending": "a stop, export or restore request is pending",
-        "sandbox_shared": "another live lease uses this sandbox",
-        "newer_lease": "a newer lease row decides",
-        "no_stop_receipt": "waiting for a confirmed stop",
-        "task_can_resume": f"{task} can still resume it",
-        "writer_active": "the workspace writer has not settled",
-        "unknown_age": "cannot be dated (a timestamp is missing)",
-        "operator_hold": "held by an operator: "
-        + (getattr(r, "operator_hold_reason", "") or "no reason"),
-        "provider_unsupported": "no client for this provider",
-    }
-    return phrases.get(code, _label(code))
+    until = ""
+    if code == HoldCode.RETENTION and lease is not None and lease.released_at and env is not None:
+        until = _when(lease.released_at + env.warm_retention)
+    return phrase(
+        code,
+        reason=(getattr(r, "hold_reasons", None) or {}).get(code, ""),
+        task=(issue.key or short(issue.pk)) if issue is not None else "the task",
+        run=short(run.pk, 4) if run is not None else "",
+        run_status=_label(run.status) if run is not None else "",
+        retention_until=until,
+        operator_reason=getattr(r, "operator_hold_reason", "") or "",
+    )

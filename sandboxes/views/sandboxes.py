@@ -32,7 +32,7 @@ from sandboxes.proof import (
     proof_from_receipts,
     void_reason,
 )
-from sandboxes.reconciler.holds import blocking_holds, explanation
+from sandboxes.rules.holds import blocking_holds, explanation
 from sandboxes.views.common import (
     LIVE_TRIGGER,
     console_view,

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from sandboxes.models import HoldCode
-from sandboxes.reconciler.holds import HOLD_EXPLANATIONS
+from sandboxes.rules.holds import HOLD_EXPLANATIONS
 from sandboxes.views.humanize import _label, hold_phrase
 
 

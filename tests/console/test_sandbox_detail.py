@@ -8,7 +8,7 @@ from django.utils.html import escape
 
 from sandboxes.models import Attachment, AuditEvent
 from sandboxes.models.choices import LeaseStatus, ReceiptKind, Stage
-from sandboxes.reconciler.holds import HOLD_EXPLANATIONS
+from sandboxes.rules.holds import HOLD_EXPLANATIONS
 from tests.console.conftest import clean_compare
 from tests.factories import (
     EnvironmentLeaseFactory,
@@ -54,7 +54,7 @@ def test_it_explains_every_hold(as_reviewer, db):
 def test_a_hold_without_a_stored_reason_shows_the_rules_own_line(as_reviewer, db):
     """Regression: the page kept its own copy of the hold texts, which had no
     line for provider_unsupported (an empty explanation) and worded others
-    differently from the reconciler. Now one source: reconciler/holds.py."""
+    differently from the reconciler. Now one source: rules/holds.py."""
     r = RetirementFactory(holds=["provider_unsupported", "recovery_open"], hold_reasons={})
     body = _detail(as_reviewer, r).content.decode()
     assert escape(HOLD_EXPLANATIONS["provider_unsupported"]) in body

@@ -19,7 +19,7 @@ import pytest
 from django.core.management import call_command
 
 from sandboxes.models.choices import HoldCode, RetirementKind
-from sandboxes.reconciler.holds import blocking_holds
+from sandboxes.rules.holds import blocking_holds
 
 from .paperclip import RESTORE_SCHEMA, ago, stop_intent, stop_receipt, termination
 

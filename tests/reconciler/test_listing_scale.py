@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from devtools.bench_fleet import build_fleet
 from sandboxes import models as m
-from sandboxes.reconciler.holds import STOP_ONLY_KINDS
 from sandboxes.reconciler.listing import evaluate_fleet, sync_retirements
 from sandboxes.reconciler.passes import run_pass
+from sandboxes.rules.holds import STOP_ONLY_KINDS
 from tests import factories as f
 
 pytestmark = pytest.mark.django_db

@@ -5,13 +5,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sandboxes.models.choices import HoldCode, RetirementKind
-from sandboxes.reconciler.holds import (
+from sandboxes.rules.codes import HoldCode, RetirementKind
+from sandboxes.rules.holds import (
     HOLD_EXPLANATIONS,
+    HOLDS,
     LeaseFacts,
     blocking_holds,
     compute_holds,
     explain,
+    explanation,
+    phrase,
 )
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -105,3 +108,38 @@ def test_every_hold_blocks_a_stop_only_step_but_five(kind, code):
     expected = [] if code in STOP_IGNORED else [code]
     assert blocking_holds([code], kind) == expected
     assert blocking_holds([code], RetirementKind.ABANDONED_WARM) == [code]
+
+
+def test_one_table_gives_each_hold_its_line_and_its_list_phrase():
+    """The record's page and the list read one table (docs/rules.md, holds)."""
+    assert list(HOLDS) == list(HoldCode)
+    for code, hold in HOLDS.items():
+        assert explanation(code) == hold.explanation
+        assert phrase(code) == hold.phrase.format(task="the task", reason="no reason")
+        assert phrase(code) != code.replace("_", " ")
+
+
+def test_a_phrase_names_what_the_record_knows():
+    assert phrase(HoldCode.RETENTION) == "inside the retention window"
+    assert (
+        phrase(HoldCode.RETENTION, retention_until="Dec 1 12:00") == "retention until Dec 1 12:00"
+    )
+    assert phrase(HoldCode.RUN_ACTIVE, run="1f2e…", run_status="running") == (
+        "waiting for run 1f2e… (running)"
+    )
+    assert phrase(HoldCode.TASK_CAN_RESUME, task="PAP-7") == "PAP-7 can still resume it"
+    assert phrase(HoldCode.OPERATOR_HOLD, operator_reason="audit") == "held by an operator: audit"
+    assert phrase("not_a_hold") == "not a hold"
+
+
+def test_a_stored_line_that_names_more_than_the_rule_is_the_phrase():
+    refused = "Stop not confirmed: the lease's cleanup_status is pending, not success."
+    assert phrase(HoldCode.NO_STOP_RECEIPT, reason=refused) == (
+        "stop not confirmed: the lease's cleanup_status is pending, not success"
+    )
+    rule = HOLDS[HoldCode.NO_STOP_RECEIPT].explanation
+    assert phrase(HoldCode.NO_STOP_RECEIPT, reason=rule) == "waiting for a confirmed stop"
+    # Only the holds whose line can name more: another hold keeps its phrase.
+    assert (
+        phrase(HoldCode.SANDBOX_SHARED, reason="anything") == "another live lease uses this sandbox"
+    )

@@ -1,11 +1,17 @@
-"""Which holds apply to a candidate: pure functions over plain data (docs/rules.md, holds)."""
+"""Which holds apply to a candidate, and their words: pure functions over plain
+data (docs/rules.md, holds).
+
+One table, `HOLDS`, gives each code its line (the explanation the reconciler
+stores on the record and the record's page and the API show) and its phrase
+(how the sandbox list says it), so the two cannot drift apart.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sandboxes.models.choices import (
+from .codes import (
     ISSUE_CLOSED,
     RUN_LIVE,
     HoldCode,
@@ -14,27 +20,80 @@ from sandboxes.models.choices import (
     SaveState,
 )
 
-# One line per hold, in the words of docs/rules.md (holds): the reconciler
-# stores them on each record (hold_reasons) and the console shows them.
-HOLD_EXPLANATIONS: dict[str, str] = {
-    HoldCode.RUN_ACTIVE: "The lease's own run is still live (queued, retrying or running).",
-    HoldCode.ISSUE_RUN_ACTIVE: "Another run on this task is live; it may still need the sandbox.",
-    HoldCode.RECOVERY_OPEN: "A recovery action on this task (or the console's file recovery of "
-    "this lease) is still open.",
-    HoldCode.EXPORT_PENDING: "A native export of run files from this sandbox is still in flight.",
-    HoldCode.INTENT_PENDING: "A stop, export or restore request on this lease is still pending.",
-    HoldCode.SANDBOX_SHARED: "Another lease on the same sandbox is active, retained or pending.",
-    HoldCode.NEWER_LEASE: "A newer lease row names the same sandbox; that row decides its fate.",
-    HoldCode.NO_STOP_RECEIPT: "No confirmed stop receipt for this lease, run and sandbox yet.",
-    HoldCode.TASK_CAN_RESUME: "The task can still resume this sandbox: it is bound to this "
-    "workspace, or another row of the sandbox can resume.",
-    HoldCode.WRITER_ACTIVE: "The workspace's writer hold is not settled; files may be unsaved.",
-    HoldCode.RETENTION: "Still inside the environment's warm retention window.",
-    HoldCode.UNKNOWN_AGE: "A timestamp the rule needs is missing; what cannot be dated stays.",
-    HoldCode.OPERATOR_HOLD: "An operator put this sandbox on hold.",
-    HoldCode.PROVIDER_UNSUPPORTED: "The console has no client for this lease's provider; "
-    "it is listed, never touched.",
+
+@dataclass(frozen=True)
+class Hold:
+    """One hold's words: `explanation`, the line in the words of docs/rules.md
+    (holds); `phrase`, the sandbox list's, where `{task}` is the task's key and
+    `{reason}` the operator's own words."""
+
+    explanation: str
+    phrase: str
+
+
+# Hold evaluation order is the display order.
+HOLDS: dict[str, Hold] = {
+    HoldCode.RUN_ACTIVE: Hold(
+        "The lease's own run is still live (queued, retrying or running).",
+        "waiting for its run",
+    ),
+    HoldCode.ISSUE_RUN_ACTIVE: Hold(
+        "Another run on this task is live; it may still need the sandbox.",
+        "another run on {task} is live",
+    ),
+    HoldCode.RECOVERY_OPEN: Hold(
+        "A recovery action on this task (or the console's file recovery of "
+        "this lease) is still open.",
+        "a recovery on {task} is open",
+    ),
+    HoldCode.EXPORT_PENDING: Hold(
+        "A native export of run files from this sandbox is still in flight.",
+        "an export of run files is in flight",
+    ),
+    HoldCode.INTENT_PENDING: Hold(
+        "A stop, export or restore request on this lease is still pending.",
+        "a stop, export or restore request is pending",
+    ),
+    HoldCode.SANDBOX_SHARED: Hold(
+        "Another lease on the same sandbox is active, retained or pending.",
+        "another live lease uses this sandbox",
+    ),
+    HoldCode.NEWER_LEASE: Hold(
+        "A newer lease row names the same sandbox; that row decides its fate.",
+        "a newer lease row decides",
+    ),
+    HoldCode.NO_STOP_RECEIPT: Hold(
+        "No confirmed stop receipt for this lease, run and sandbox yet.",
+        "waiting for a confirmed stop",
+    ),
+    HoldCode.TASK_CAN_RESUME: Hold(
+        "The task can still resume this sandbox: it is bound to this "
+        "workspace, or another row of the sandbox can resume.",
+        "{task} can still resume it",
+    ),
+    HoldCode.WRITER_ACTIVE: Hold(
+        "The workspace's writer hold is not settled; files may be unsaved.",
+        "the workspace writer has not settled",
+    ),
+    HoldCode.RETENTION: Hold(
+        "Still inside the environment's warm retention window.",
+        "inside the retention window",
+    ),
+    HoldCode.UNKNOWN_AGE: Hold(
+        "A timestamp the rule needs is missing; what cannot be dated stays.",
+        "cannot be dated (a timestamp is missing)",
+    ),
+    HoldCode.OPERATOR_HOLD: Hold(
+        "An operator put this sandbox on hold.",
+        "held by an operator: {reason}",
+    ),
+    HoldCode.PROVIDER_UNSUPPORTED: Hold(
+        "The console has no client for this lease's provider; it is listed, never touched.",
+        "no client for this provider",
+    ),
 }
+HOLD_ORDER = [str(code) for code in HOLDS]
+HOLD_EXPLANATIONS: dict[str, str] = {code: hold.explanation for code, hold in HOLDS.items()}
 
 # Kinds whose only provider call is a stop.
 STOP_ONLY_KINDS = (
@@ -64,8 +123,6 @@ NEEDS_STOP_RECEIPT = (
 # Providers the console has a client for (docs/architecture.md, the rooms);
 # others are listed and held.
 DRIVEN_PROVIDERS = ("daytona", "local")
-# Hold evaluation order is the display order.
-HOLD_ORDER = [code.value for code in HoldCode]
 
 
 @dataclass(frozen=True)
@@ -188,3 +245,41 @@ def explanation(code: str, reasons: dict | None = None) -> str:
     """What a record's hold means: the reason stored with it (an operator's own
     words for operator_hold), else the rule's line; "" for an unknown code."""
     return (reasons or {}).get(code) or HOLD_EXPLANATIONS.get(code, "")
+
+
+def phrase(
+    code: str,
+    *,
+    reason: str = "",
+    task: str = "the task",
+    run: str = "",
+    run_status: str = "",
+    retention_until: str = "",
+    operator_reason: str = "",
+) -> str:
+    """One hold as the sandbox list says it, with its end when it has one, from
+    plain values the list already loaded: the record's stored line (`reason`),
+    the task's key, the lease's run (short id, status in words), when the
+    retention ends (in words) and the operator's reason."""
+    if code == HoldCode.RETENTION and retention_until:
+        return f"retention until {retention_until}"
+    if code == HoldCode.RUN_ACTIVE and run:
+        return f"waiting for run {run} ({run_status})"
+    specific = _specific(code, reason)
+    if specific:
+        return specific
+    hold = HOLDS.get(code)
+    if hold is None:
+        return str(code).replace("_", " ")
+    return hold.phrase.format(task=task, reason=operator_reason or "no reason")
+
+
+def _specific(code: str, reason: str) -> str:
+    """The record's own line where it names more than the rule does (the
+    recovery action that is open, the condition Paperclip's predicate refused a
+    stop on), as a phrase: "stop not confirmed: the lease …"; else ""."""
+    if code not in (HoldCode.RECOVERY_OPEN, HoldCode.NO_STOP_RECEIPT):
+        return ""
+    if not reason or reason == HOLD_EXPLANATIONS[code]:
+        return ""
+    return reason[:1].lower() + reason[1:].rstrip(".")
