@@ -14,7 +14,7 @@ of queries whatever the batch's size (docs/architecture.md, "Recorded").
    events sent, and only where the batch's source time is not older than the
    row's (the ordering check, in SQL). The release rule (a missing status
    comes from the disposition) is a SQL expression of the same table as
-   `sandboxes.release.release_status`.
+   `sandboxes.rules.release.release_status`.
 
 On PostgreSQL the rows travel as one JSON document per table
 (`json_to_recordset`); elsewhere (the embedded SQLite) through the ORM, a

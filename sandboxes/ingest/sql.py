@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from sandboxes.models import EnvironmentLease, IngestedEvent, Receipt
 from sandboxes.models.mirror import MirroredModel
-from sandboxes.release import release_status, release_status_sql
+from sandboxes.rules.release import release_status, release_status_sql
 
 from .schemas import Event
 

@@ -9,21 +9,10 @@ import pytest
 
 from devtools.events import event, graph
 from sandboxes.models import EnvironmentLease
-from sandboxes.models.choices import Disposition, RunStatus
-from sandboxes.release import release_status
+from sandboxes.models.choices import RunStatus
 
 K, S, D = "keep_running", "stop_and_retain", "destroy"
 DERIVED = {K: "retained", S: "released", D: "expired"}
-
-
-@pytest.mark.parametrize("disposition", Disposition.values)
-def test_a_missing_status_comes_from_the_disposition_only(disposition):
-    assert release_status(disposition) == DERIVED[disposition]
-
-
-@pytest.mark.parametrize("disposition", Disposition.values)
-def test_a_status_sent_is_kept(disposition):
-    assert release_status(disposition, "failed") == "failed"
 
 
 @pytest.mark.django_db

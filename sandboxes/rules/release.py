@@ -7,7 +7,7 @@ broke the rule (an unsuccessful run kept running) stays visible as such, and
 the `stop_after_unsuccessful_run` correction catches it.
 """
 
-from sandboxes.models.choices import Disposition, LeaseStatus
+from .codes import Disposition, LeaseStatus
 
 STATUS_FOR_DISPOSITION = {
     Disposition.KEEP_RUNNING: LeaseStatus.RETAINED,  # kept running
