@@ -22,9 +22,10 @@ from sandboxes.models.choices import (
     Stage,
     TokenScope,
 )
-from sandboxes.proof import fingerprint_of, has_approval, proof_for, proof_key
+from sandboxes.proof import approvals_of, fingerprint_of, proof_for
 from sandboxes.receipts import write_receipt
 from sandboxes.rules.holds import blocking_holds, explanation
+from sandboxes.rules.proof import has_approval, proof_key
 
 MAX_BULK_APPROVE = 50
 
@@ -131,7 +132,7 @@ def approve(retirement_id, *, actor, reason: str) -> Retirement:
             f"Cannot approve: there is no proof that this sandbox holds no unsaved work "
             f"({proof.reason})."
         )
-    if has_approval(r, proof):
+    if has_approval(r, proof, approvals_of(r)):
         raise ActionRefused("Already approved; the reconciler retires it on its next pass.")
     now = timezone.now()
     before = snapshot(r)

@@ -40,7 +40,8 @@ from pathlib import Path
 
 from devtools.chaos.fleet import KEPT, RETIRED, STOPPED, Case, Fleet
 from sandboxes.models import EnvironmentLease, Receipt, Retirement
-from sandboxes.proof import proof_from_receipts
+from sandboxes.proof import replaced_workspace
+from sandboxes.rules.proof import proof_from_receipts
 
 MUTATING = ("start", "stop", "archive", "destroy")
 
@@ -81,7 +82,11 @@ def unsafe_destroys(fleet: Fleet, calls: list[dict]) -> list[dict]:
                 why = f"{case.name if case else 'unknown sandbox'} had to be kept"
             else:
                 before = [x for x in receipts_by_sandbox[sandbox_id] if x.created_at < at]
-                proven = [r for r in records[sandbox_id] if proof_from_receipts(r, before)]
+                proven = [
+                    r
+                    for r in records[sandbox_id]
+                    if proof_from_receipts(r, before, workspace=replaced_workspace(r))
+                ]
                 if not proven:
                     why = "no proof receipt before the DELETE"
                 elif case.env == "manual" and not any(

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import RetirementKind, RetirementMode, Stage
-from sandboxes.proof import Proof, has_approval, proof_key
 from sandboxes.rules.holds import STOP_ONLY_KINDS
+from sandboxes.rules.proof import Proof, has_approval, proof_key
 
 # next_step's answers.
 STOP_BEFORE_WAIT = "stop_before_wait"  # stop the sandbox the console started, then decide again

@@ -16,16 +16,10 @@ import time
 from sandboxes import audit
 from sandboxes.models import AuditEvent, Receipt, Retirement
 from sandboxes.models.choices import SHARING_STATUSES, ReceiptKind, RetirementMode, Stage
-from sandboxes.proof import (
-    PROOF_KINDS,
-    Proof,
-    fingerprint_of,
-    has_approval,
-    proof_from_receipts,
-    proof_key,
-)
+from sandboxes.proof import fingerprint_of, replaced_workspace
 from sandboxes.providers.base import SandboxState, TransientProviderError
 from sandboxes.rules.holds import STOP_ONLY_KINDS, compute_holds
+from sandboxes.rules.proof import PROOF_KINDS, Proof, has_approval, proof_from_receipts, proof_key
 
 from . import decide
 from .candidates import LEASE_MOVED, Candidate, sandbox_rows
@@ -97,7 +91,7 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
         raise DestroyRefused("the environment is in observe mode")
     receipts = proof_receipts(r)
     # Proof is bound to what it saw: recomputed here, under the lock (docs/rules.md, proof).
-    proof = proof_from_receipts(r, receipts, fingerprint_of(r))
+    proof = proof_from_receipts(r, receipts, fingerprint_of(r), workspace=replaced_workspace(r))
     if not proof:
         if proof.void:
             raise ProofVoid(proof)

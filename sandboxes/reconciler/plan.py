@@ -20,8 +20,9 @@ from sandboxes import audit
 from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
 from sandboxes.models.choices import HoldCode, ReceiptKind, Stage
 from sandboxes.notifications import events as notify
-from sandboxes.proof import Proof, fingerprint_of, proof_from_receipts, proof_key, void_reason
+from sandboxes.proof import fingerprint_of, replaced_workspace
 from sandboxes.rules.holds import blocking_holds, compute_holds, explain
+from sandboxes.rules.proof import Proof, proof_from_receipts, proof_key, void_reason
 
 from . import decide
 from .candidates import LEASE_MOVED, Candidate, judge_lease_locked
@@ -147,7 +148,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
         blocking = _refresh_holds(r, cand, now)
         receipts = proof_receipts(r)
         fingerprint = fingerprint_of(r)
-        proof = proof_from_receipts(r, receipts, fingerprint)
+        proof = proof_from_receipts(r, receipts, fingerprint, workspace=replaced_workspace(r))
         situation = decide.situation_of(
             r,
             kind=r.kind,

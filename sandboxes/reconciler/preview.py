@@ -33,8 +33,9 @@ from sandboxes.models.choices import (
     RetirementMode,
     Stage,
 )
-from sandboxes.proof import PROOF_KINDS, fingerprints_of, proof_from_receipts
+from sandboxes.proof import fingerprints_of, replaced_workspace
 from sandboxes.rules.holds import blocking_holds, compute_holds
+from sandboxes.rules.proof import PROOF_KINDS, proof_from_receipts
 
 from . import decide
 from .candidates import Candidate, judge_leases, list_candidates
@@ -302,7 +303,11 @@ def _next_step(item: _Item, policy: Policy, receipts: dict, fingerprints: dict, 
     r = rec["record"] if rec else Retirement()
     mine = receipts.get(r.pk, []) if rec else []
     # Bound to what the sandbox is now, as plan_step binds it.
-    proof = proof_from_receipts(r, mine, fingerprints.get(r.pk)) if rec else None
+    proof = (
+        proof_from_receipts(r, mine, fingerprints.get(r.pk), workspace=replaced_workspace(r))
+        if rec
+        else None
+    )
     situation = decide.situation_of(
         r,
         kind=item.kind,

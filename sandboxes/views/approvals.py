@@ -12,7 +12,8 @@ from sandboxes.forms import BulkApproveForm
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import ReceiptKind, Stage
 from sandboxes.paging import keyset_page
-from sandboxes.proof import PROOF_KINDS, fingerprints_of, has_approval, proof_from_receipts
+from sandboxes.proof import fingerprints_of, replaced_workspace
+from sandboxes.rules.proof import PROOF_KINDS, has_approval, proof_from_receipts
 from sandboxes.views.common import console_view, counted, permission
 
 PAGE_SIZE = actions.MAX_BULK_APPROVE
@@ -36,7 +37,9 @@ def queue_context(request, *, results=None, error="", form=None) -> dict:
     rows = []
     for r in page.items:
         receipts = by_retirement[r.pk]
-        proof = proof_from_receipts(r, receipts, fingerprints[r.pk])
+        proof = proof_from_receipts(
+            r, receipts, fingerprints[r.pk], workspace=replaced_workspace(r)
+        )
         rows.append({"r": r, "proof": proof, "approved": has_approval(r, proof, receipts)})
     return {
         "rows": rows,

@@ -25,14 +25,9 @@ from sandboxes.models import (
 )
 from sandboxes.models.choices import ReceiptKind, Stage
 from sandboxes.paging import keyset_page
-from sandboxes.proof import (
-    PROOF_KINDS,
-    fingerprint_from,
-    has_approval,
-    proof_from_receipts,
-    void_reason,
-)
+from sandboxes.proof import fingerprint_from, replaced_workspace
 from sandboxes.rules.holds import blocking_holds, explanation
+from sandboxes.rules.proof import PROOF_KINDS, has_approval, proof_from_receipts, void_reason
 from sandboxes.views.common import (
     LIVE_TRIGGER,
     console_view,
@@ -155,7 +150,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
     # Proof bound to what the sandbox is now, from the rows loaded for the page.
     lease = next((x for x in leases if x.pk == r.lease_id), None)
     fingerprint = fingerprint_from(r, lease, receipts)
-    proof = proof_from_receipts(r, receipts, fingerprint)
+    proof = proof_from_receipts(r, receipts, fingerprint, workspace=replaced_workspace(r))
     approved = has_approval(r, proof, receipts)
     attachments = {}
     for a in Attachment.objects.filter(retirement=r):

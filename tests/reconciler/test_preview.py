@@ -14,10 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from sandboxes import models as m
-from sandboxes.proof import REPLACEMENT
 from sandboxes.providers.local import LocalProvider
 from sandboxes.reconciler.passes import run_pass
 from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
+from sandboxes.rules.proof import REPLACEMENT
 from tests import factories as f
 
 pytestmark = pytest.mark.django_db

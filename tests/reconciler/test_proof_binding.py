@@ -6,6 +6,11 @@ sandbox, the workspace's saved_at). The destroy gate recomputes it under the row
 lock; any change voids the proof: the record goes back to compare, the history
 says why in plain words, and nothing is destroyed. An approval counts only for
 the proof it approved.
+
+Here the database half: what the sandbox is now (`sandboxes/proof.py`), the gate
+under the row lock, the planner, the pages. The rule itself, every kind of
+proof voided on every field, approvals bound to their proof, runs on plain data
+in tests/rules/test_proof.py.
 """
 
 import uuid
@@ -17,7 +22,6 @@ from django.utils import timezone
 
 from sandboxes import actions
 from sandboxes import models as m
-from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
 from sandboxes.reconciler.plan import Action, Plan
 from sandboxes.reconciler.steps import retire_sandbox
@@ -220,10 +224,17 @@ MOVES = {
 }
 
 
-@pytest.mark.parametrize("mode", [m.RetirementMode.AUTO, m.RetirementMode.MANUAL])
-@pytest.mark.parametrize("proof", ["compare", "attestation"])
+@pytest.mark.parametrize(
+    ("proof", "mode"),
+    [("compare", m.RetirementMode.AUTO), ("attestation", m.RetirementMode.MANUAL)],
+)
 @pytest.mark.parametrize("move", sorted(MOVES))
 def test_the_gate_voids_a_proof_whose_sandbox_moved_on(move, proof, mode, warm, local):
+    """Each move changes what the gate reads of the sandbox now (fingerprint_of),
+    and a void proof sends the record back to compare in manual mode too, its
+    approval notwithstanding. The rule voids every kind of proof on every field
+    that moved, on plain data:
+    tests/rules/test_proof.py::test_a_proof_is_void_once_what_it_saw_moved_on."""
     lease, r = _proven(warm, mode=mode, proof=proof)
     change, words = MOVES[move]
     change(lease)
@@ -264,90 +275,6 @@ def test_the_consoles_own_stop_after_an_inspection_does_not_void_the_proof(warm,
     _retire(r, local)
     assert r.stage == m.Stage.RETIRED
     assert local.count("destroy") == 1
-
-
-def test_a_receipt_without_a_fingerprint_proves_nothing(warm, local):
-    lease = warm(status=m.LeaseStatus.FAILED)
-    sync_retirements()
-    r = retirement_of(lease)
-    f.ReceiptFactory(
-        lease=lease,
-        retirement=r,
-        kind=m.ReceiptKind.SALVAGE_COMPARE,
-        state=None,
-        payload={"clean": True, "added": [], "changed": [], "deleted": [], "fingerprint": None},
-    )
-    _retire(r, local)
-    assert local.count("destroy") == 0
-    assert r.stage == m.Stage.COMPARING
-    void = m.AuditEvent.objects.get(action="retirement.proof_void")
-    assert void.reason == "proof void: the compare recorded no fingerprint of what it saw"
-
-
-def test_an_export_is_void_when_the_sandbox_moved_on_after_it(warm, local):
-    lease = warm(status=m.LeaseStatus.FAILED)
-    sync_retirements()
-    r = retirement_of(lease)
-    compare = f.ReceiptFactory(
-        lease=lease,
-        retirement=r,
-        kind=m.ReceiptKind.SALVAGE_COMPARE,
-        state=None,
-        payload={"clean": False, "added": [{"path": "a", "sha256": "0" * 64, "size": 1}]},
-    )
-    f.ReceiptFactory(
-        lease=lease,
-        retirement=r,
-        kind=m.ReceiptKind.SALVAGE_EXPORT,
-        state=None,
-        payload={"verified": True, "compare_receipt_id": str(compare.pk), "files": []},
-    )
-    _newer_save(lease)
-    _retire(r, local)
-    assert local.count("destroy") == 0
-    assert r.stage == m.Stage.COMPARING
-    void = m.AuditEvent.objects.get(action="retirement.proof_void")
-    assert void.reason == "proof void: the workspace was saved again after the compare"
-
-
-def test_an_approval_counts_only_for_the_proof_it_approved(warm, local):
-    """Approved on compare A; a later clean compare B is a new proof that needs its
-    own approval, even though nothing moved."""
-    lease, r = _proven(warm, mode=m.RetirementMode.MANUAL)
-    f.ReceiptFactory(
-        lease=lease,
-        retirement=r,
-        kind=m.ReceiptKind.SALVAGE_COMPARE,
-        state=None,
-        confirmed_at=timezone.now() + timedelta(seconds=1),
-        payload={"clean": True, "added": [], "changed": [], "deleted": []},
-    )
-    with pytest.raises(DestroyRefused, match="manual mode: no operator approval"):
-        _retire(r, local)
-    assert local.count("destroy") == 0
-
-
-def test_an_approval_of_an_older_fingerprint_does_not_count(warm):
-    lease, r = _proven(warm, mode=m.RetirementMode.MANUAL)
-    approval = m.Receipt.objects.get(retirement=r, kind=m.ReceiptKind.APPROVAL)
-    stale = {**approval.payload["fingerprint"], "saved_at": "2026-01-01T00:00:00+00:00"}
-    other = f.ReceiptFactory(
-        lease=lease,
-        retirement=r,
-        kind=m.ReceiptKind.APPROVAL,
-        state=None,
-        payload={
-            "user": "op",
-            "reason": "ok",
-            "proof_receipt_id": approval.payload["proof_receipt_id"],
-            "fingerprint": stale,
-        },
-    )
-    from sandboxes.proof import approval_for, proof_for
-
-    proof = proof_for(r)
-    assert proof and not approval_for(proof, other)
-    assert approval_for(proof, approval)
 
 
 def test_approving_a_void_proof_is_refused_in_plain_words(warm):

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from sandboxes import actions
 from sandboxes import models as m
-from sandboxes.proof import fingerprint_of, proof_for, void_reason
+from sandboxes.proof import fingerprint_of, proof_for
 from sandboxes.reconciler.candidates import judge_lease_locked
 from sandboxes.reconciler.gate import DestroyRefused, authorize_destroy
 from sandboxes.reconciler.listing import sync_retirements
@@ -31,6 +31,7 @@ from sandboxes.reconciler.plan import Action, Plan, plan_step
 from sandboxes.reconciler.steps import retire_sandbox
 from sandboxes.reconciler.worker import Worker
 from sandboxes.roles import OPERATORS
+from sandboxes.rules.proof import void_reason
 from tests import factories as f
 
 from .conftest import SAVED, retirement_of
@@ -193,16 +194,17 @@ def test_the_fingerprint_names_the_provider_and_the_sandbox(warm):
 def test_an_approval_and_a_notice_are_void_once_the_lease_moved(warm):
     """An approval is bound to its proof's fingerprint, a notice to its proof: both
     count for nothing once the lease names another sandbox."""
-    from sandboxes.proof import has_approval, proof_key
+    from sandboxes.proof import approvals_of
     from sandboxes.reconciler import decide
+    from sandboxes.rules.proof import has_approval, proof_key
 
     lease, r = _approved(warm)
     proof = proof_for(r)
-    assert has_approval(r, proof)
+    assert has_approval(r, proof, approvals_of(r))
     notice_proof = proof_key(proof)
     _move(lease, "sandbox-b")
     moved = proof_for(r)
-    assert not has_approval(r, moved)
+    assert not has_approval(r, moved, approvals_of(r))
     assert not decide.notice_valid(timezone.now(), notice_proof, proof_key(moved))
 
 
