@@ -32,7 +32,7 @@ from django.utils.dateparse import parse_datetime
 from sandboxes import rules as ground_floor
 from sandboxes.models import ReconcilerPass, choices
 
-from . import candidates, decide, listing, predicates, preservation, proof_facts
+from . import candidates, listing, predicates, preservation, proof_facts
 
 RELIST_AFTER = timedelta(minutes=10)
 # Change-log rows older than every snapshot a pass may still compare with are
@@ -44,7 +44,7 @@ def _rules_version() -> str:
     digest = hashlib.sha256()
     # The status sets the predicates use live in choices; the pure rules, every
     # module of them, in sandboxes/rules.
-    rules = (candidates, proof_facts, predicates, decide, listing, preservation, choices)
+    rules = (candidates, proof_facts, predicates, listing, preservation, choices)
     files = [Path(str(module.__file__)) for module in rules]
     files += sorted(Path(str(ground_floor.__file__)).parent.glob("*.py"))
     for path in files:

@@ -19,9 +19,9 @@ from sandboxes.models.choices import SHARING_STATUSES, ReceiptKind, RetirementMo
 from sandboxes.proof import fingerprint_of, replaced_workspace
 from sandboxes.providers.base import SandboxState, TransientProviderError
 from sandboxes.rules.holds import STOP_ONLY_KINDS, compute_holds
+from sandboxes.rules.next_step import notice_on, notice_valid
 from sandboxes.rules.proof import PROOF_KINDS, Proof, has_approval, proof_from_receipts, proof_key
 
-from . import decide
 from .candidates import LEASE_MOVED, Candidate, sandbox_rows
 from .records import iso
 
@@ -98,8 +98,8 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
         raise DestroyRefused(f"no proof: {proof.reason}")
     if env.retirement_mode == RetirementMode.MANUAL and not has_approval(r, proof, receipts):
         raise DestroyRefused("manual mode: no operator approval recorded")
-    if decide.notice_on(env.retirement_mode, env.notice_period):
-        if not decide.notice_valid(r.retire_after, r.notice_proof, proof_key(proof)):
+    if notice_on(env.retirement_mode, env.notice_period):
+        if not notice_valid(r.retire_after, r.notice_proof, proof_key(proof)):
             raise DestroyRefused("notice period: no notice was given for this proof")
         if r.retire_after is None or r.retire_after > now:
             raise DestroyRefused(f"notice period: not before {iso(r.retire_after)}")

@@ -25,8 +25,8 @@ from sandboxes.rules.holds import (
     explain,
     holds_change_at,
 )
+from sandboxes.rules.next_step import Sync, new_record_state, sync_step
 
-from . import decide
 from .candidates import LEASE_MOVED, Candidate, judge_leases, list_candidates
 from .predicates import stop_refusals
 
@@ -166,7 +166,7 @@ def _track(plan: _Plan, rec: dict, cand: Candidate, kind: str, now) -> None:
     reasons = explain(holds, cand.facts, rec["hold_reasons"], plan.refusals.get(cand.lease_id, ""))
     if holds != rec["holds"] or kind != rec["kind"] or reasons != rec["hold_reasons"]:
         plan.updates.append(Retirement(pk=rec["id"], holds=holds, hold_reasons=reasons, kind=kind))
-    step = decide.sync_step(
+    step = sync_step(
         stage=rec["stage"],
         blocking=blocking_holds(holds, kind),
         mode=rec["environment__retirement_mode"],
@@ -174,11 +174,11 @@ def _track(plan: _Plan, rec: dict, cand: Candidate, kind: str, now) -> None:
         next_attempt_at=rec["next_attempt_at"],
         claimed=_claimed(rec, now),
     )
-    if step == decide.SYNC_HOLD:
+    if step == Sync.HOLD:
         plan.to_hold.append(rec["id"])
-    elif step == decide.SYNC_RELEASE:
+    elif step == Sync.RELEASE:
         plan.to_release.append(rec["id"])
-    elif step == decide.SYNC_WAKE:
+    elif step == Sync.WAKE:
         plan.to_wake.append(rec["id"])  # a started sandbox: its worker stops it first
 
 
@@ -204,7 +204,7 @@ def _plan_candidates(plan: _Plan, by_sandbox: dict, cand_by_sandbox: dict, now) 
 
 def _new_record(cand: Candidate, kind: str, now, stop_refusal: str = "") -> Retirement:
     holds = compute_holds(cand.facts, kind, now=now)
-    stage, due = decide.new_record_state(
+    stage, due = new_record_state(
         blocking=blocking_holds(holds, kind), mode=cand.retirement_mode, now=now
     )
     return Retirement(
@@ -269,7 +269,7 @@ def _write(plan: _Plan, result: SyncResult, now) -> None:
         result.held = (
             Retirement.objects.filter(unclaimed, pk__in=plan.to_hold, started_for_salvage=False)
             .open()
-            # A hold stops a running notice (decide.notice_valid).
+            # A hold stops a running notice (rules.next_step.notice_valid).
             .update(
                 stage=Stage.HELD,
                 next_attempt_at=None,

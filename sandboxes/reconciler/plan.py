@@ -1,9 +1,10 @@
 """The planner: under the record's row lock, re-judge the lease, refresh its
 holds and pick the next step (docs/architecture.md, step 6).
 
-What comes next is decided by `decide.next_step`, the pure decision the
-listing and the policy preview share; this module loads what it needs under
-the lock and turns its answer into a wait, a close, or a `Plan` for a step.
+What comes next is decided by `sandboxes/rules/next_step.py:next_step`, the
+pure decision the policy preview shares; this module loads what it needs under
+the lock and turns its answer, a `Next`, into a wait, a close, or a `Plan` for
+a step.
 The next step is derived from the record's receipts, never from memory.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from django.utils import timezone
 
@@ -22,9 +23,9 @@ from sandboxes.models.choices import HoldCode, ReceiptKind, Stage
 from sandboxes.notifications import events as notify
 from sandboxes.proof import fingerprint_of, replaced_workspace
 from sandboxes.rules.holds import blocking_holds, compute_holds, explain
+from sandboxes.rules.next_step import Next, next_step, situation_of
 from sandboxes.rules.proof import Proof, proof_from_receipts, proof_key, void_reason
 
-from . import decide
 from .candidates import LEASE_MOVED, Candidate, judge_lease_locked
 from .claims import fenced
 from .gate import proof_receipts, record_void
@@ -149,7 +150,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
         receipts = proof_receipts(r)
         fingerprint = fingerprint_of(r)
         proof = proof_from_receipts(r, receipts, fingerprint, workspace=replaced_workspace(r))
-        situation = decide.situation_of(
+        situation = situation_of(
             r,
             kind=r.kind,
             blocking=blocking,
@@ -159,8 +160,8 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             receipts=receipts,
             under_cap=worker.under_cap(env),
         )
-        step = decide.next_step(situation, now)
-        if step == decide.SALVAGE:
+        step = next_step(situation, now)
+        if step is Next.SALVAGE:
             return _plan_salvage(r, base, proof, receipts, fingerprint)
         return _follow(r, step, base, proof_key(proof), now)
 
@@ -169,45 +170,50 @@ def _dismiss(r: Retirement, now) -> None:
     close_record(r, Stage.DISMISSED, "no longer a candidate (the predicate stopped matching)", now)
 
 
-def _follow(r: Retirement, step: str, base: dict, proof_key: str, now) -> Plan | None:
-    """Every answer of next_step but salvage: a wait, or a plan for a step."""
-    # A sandbox the console started for salvage is stopped before its record
-    # waits, in every mode: observe forbids starts and destroys, and a stop
-    # only puts back the state the console found (docs/rules.md, holds).
-    if step == decide.STOP_BEFORE_WAIT:
-        r.save()
-        return Plan(Action.STOP_BEFORE_WAIT, **base)
-    if step == decide.HOLD:
-        wait_record(r, Stage.HELD)
-        return None
-    if step == decide.OBSERVE:
-        # Observe: list and explain only; never a provider call beyond reads.
-        wait_record(r, Stage.LISTED)
-        return None
-    if step == decide.STOP_ONLY:
-        r.save()
-        return Plan(Action.STOP_ONLY, **base)
-    if step == decide.AWAIT_APPROVAL:
-        entering = r.stage != Stage.AWAITING_APPROVAL
-        wait_record(r, Stage.AWAITING_APPROVAL)
-        if entering:
-            notify.awaiting_approval(r, proof_key)
-        return None
-    if step == decide.GIVE_NOTICE:
-        _give_notice(r, proof_key, now)
-        return None
-    if step == decide.WAIT_NOTICE:
-        wait_record(r, Stage.NOTICED, next_attempt_at=r.retire_after)
-        return None
-    if step == decide.WAIT_CAP:
-        return _wait_for_cap(r, r.started_for_salvage, base, now)
-    # decide.RETIRE, or decide.UNPROVED: resume_failed is proved by its
-    # replacement, never by a compare (seed 004): the sandbox is not started.
-    # Without that proof the gate refuses, and the record retries and then
-    # needs attention.
-    r.stage = Stage.RETIRING
-    r.save()
-    return Plan(Action.RETIRE, **base)
+def _follow(r: Retirement, step: Next, base: dict, proof_key: str, now) -> Plan | None:
+    """Every answer of next_step but salvage (`_plan_salvage`): a wait, or a plan for a step."""
+    match step:
+        case Next.STOP_BEFORE_WAIT:
+            # A sandbox the console started for salvage is stopped before its record
+            # waits, in every mode: observe forbids starts and destroys, and a stop
+            # only puts back the state the console found (docs/rules.md, holds).
+            r.save()
+            return Plan(Action.STOP_BEFORE_WAIT, **base)
+        case Next.HOLD:
+            wait_record(r, Stage.HELD)
+            return None
+        case Next.OBSERVE:
+            # Observe: list and explain only; never a provider call beyond reads.
+            wait_record(r, Stage.LISTED)
+            return None
+        case Next.STOP_ONLY:
+            r.save()
+            return Plan(Action.STOP_ONLY, **base)
+        case Next.AWAIT_APPROVAL:
+            entering = r.stage != Stage.AWAITING_APPROVAL
+            wait_record(r, Stage.AWAITING_APPROVAL)
+            if entering:
+                notify.awaiting_approval(r, proof_key)
+            return None
+        case Next.GIVE_NOTICE:
+            _give_notice(r, proof_key, now)
+            return None
+        case Next.WAIT_NOTICE:
+            wait_record(r, Stage.NOTICED, next_attempt_at=r.retire_after)
+            return None
+        case Next.WAIT_CAP:
+            return _wait_for_cap(r, r.started_for_salvage, base, now)
+        case Next.RETIRE | Next.UNPROVED:
+            # UNPROVED: resume_failed is proved by its replacement, never by a
+            # compare (seed 004): the sandbox is not started. Without that proof
+            # the gate refuses, and the record retries and then needs attention.
+            r.stage = Stage.RETIRING
+            r.save()
+            return Plan(Action.RETIRE, **base)
+        case Next.SALVAGE:
+            raise ValueError("salvage is planned by _plan_salvage, with the proof's receipts")
+        case _:
+            assert_never(step)
 
 
 def _exportable(latest: Receipt | None, receipts: list[Receipt], fingerprint: dict) -> bool:
@@ -232,7 +238,7 @@ def _exportable(latest: Receipt | None, receipts: list[Receipt], fingerprint: di
 def _plan_salvage(
     r: Retirement, base: dict, proof: Proof, receipts: list[Receipt], fingerprint: dict
 ) -> Plan:
-    """decide.SALVAGE: compare (and export) to earn the proof."""
+    """Next.SALVAGE: compare (and export) to earn the proof."""
     if proof.void:
         # What the proof saw has moved on: compare again (below), and say so.
         record_void(r, proof)

@@ -4,8 +4,8 @@ sandboxes under a policy, beside what it would do under the current one.
 Computed with the pass's own functions and nothing else: the candidate listing
 (`list_candidates`, `judge_leases`), the holds (`compute_holds`,
 `blocking_holds`), the proof (`proof_from_receipts`), the listing's decisions
-(`decide.sync_step`, `decide.new_record_state`) and the planner's
-(`decide.situation_of`, `decide.next_step` through `decide.settle`), in the
+(`sync_step`, `new_record_state`) and the planner's (`situation_of`,
+`next_step` through `settle`, sandboxes/rules/next_step.py), in the
 order a pass claims records, with its per-pass cap.
 It only reads: a fixed number of queries at any fleet size, no write, no
 provider call.
@@ -35,9 +35,17 @@ from sandboxes.models.choices import (
 )
 from sandboxes.proof import fingerprints_of, replaced_workspace
 from sandboxes.rules.holds import blocking_holds, compute_holds
+from sandboxes.rules.next_step import (
+    Next,
+    Sync,
+    new_record_state,
+    notice_on,
+    settle,
+    situation_of,
+    sync_step,
+)
 from sandboxes.rules.proof import PROOF_KINDS, proof_from_receipts
 
-from . import decide
 from .candidates import Candidate, judge_leases, list_candidates
 
 # Categories, in display order, with what each means for an admin.
@@ -57,16 +65,16 @@ CATEGORIES = {
     "in_progress": "be left to the worker that holds them",
 }
 _FROM_STEP = {
-    decide.SALVAGE: "salvage",
-    decide.UNPROVED: "retry_later",  # resume_failed without its replacement proof
-    decide.RETIRE: "retire",
-    decide.GIVE_NOTICE: "notice",
-    decide.WAIT_NOTICE: "noticed",
-    decide.AWAIT_APPROVAL: "awaiting_approval",
-    decide.STOP_ONLY: "stop",
-    decide.HOLD: "held",
-    decide.WAIT_CAP: "wait_cap",
-    decide.OBSERVE: "observe",
+    Next.SALVAGE: "salvage",
+    Next.UNPROVED: "retry_later",  # resume_failed without its replacement proof
+    Next.RETIRE: "retire",
+    Next.GIVE_NOTICE: "notice",
+    Next.WAIT_NOTICE: "noticed",
+    Next.AWAIT_APPROVAL: "awaiting_approval",
+    Next.STOP_ONLY: "stop",
+    Next.HOLD: "held",
+    Next.WAIT_CAP: "wait_cap",
+    Next.OBSERVE: "observe",
 }
 _WAITING_STAGE: dict[str, str] = {
     Stage.HELD: "held",
@@ -149,7 +157,7 @@ Loaded = tuple[list[dict[str, Any]], list[Candidate], dict, dict, dict]
 
 def _as_record(rec: dict[str, Any]) -> Retirement:
     """The values() row as an unsaved Retirement, what proof_from_receipts,
-    fingerprints_of and decide.situation_of read (no query)."""
+    fingerprints_of and situation_of read (no query)."""
     r = Retirement(**{name: rec[name] for name in RECORD_FIELDS})
     if rec.get("lease") is not None:
         r.lease = rec["lease"]  # loaded for resume_failed only (its proof reads it)
@@ -225,7 +233,7 @@ class _Replay:
         now = self.now
         holds, blocking = self.holds_of(cand, rec["operator_hold_reason"])
         claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
-        step = decide.sync_step(
+        step = sync_step(
             stage=rec["stage"],
             blocking=blocking,
             mode=self.policy.retirement_mode,
@@ -234,11 +242,11 @@ class _Replay:
             claimed=claimed,
         )
         stage, due = rec["stage"], rec["next_attempt_at"]
-        if step == decide.SYNC_HOLD:
+        if step == Sync.HOLD:
             stage, due = Stage.HELD, None
-        elif step == decide.SYNC_RELEASE:
+        elif step == Sync.RELEASE:
             stage, due = Stage.LISTED, now
-        elif step == decide.SYNC_WAKE and stage not in (*STAGES_CLOSED, Stage.HELD):
+        elif step == Sync.WAKE and stage not in (*STAGES_CLOSED, Stage.HELD):
             due = now
         key = (cand.provider, cand.provider_lease_id)
         return _Item(rec, _kind(cand), key, holds, blocking, stage, due, claimed)
@@ -246,7 +254,7 @@ class _Replay:
     def created(self, key: tuple, cand: Candidate) -> _Item:
         """A candidate without a record: the listing creates it (new_record_state)."""
         holds, blocking = self.holds_of(cand)
-        stage, due = decide.new_record_state(
+        stage, due = new_record_state(
             blocking=blocking, mode=self.policy.retirement_mode, now=self.now
         )
         return _Item(None, _kind(cand), key, holds, blocking, stage, due, False)
@@ -298,7 +306,7 @@ def _due(item: _Item, now) -> bool:
 
 def _next_step(item: _Item, policy: Policy, receipts: dict, fingerprints: dict, retired: int, now):
     """What the pass's worker would do with a due item: the planner's decision
-    (decide.situation_of, as plan_step builds it), settled within the pass."""
+    (situation_of, as plan_step builds it), settled within the pass."""
     rec = item.record
     r = rec["record"] if rec else Retirement()
     mine = receipts.get(r.pk, []) if rec else []
@@ -308,7 +316,7 @@ def _next_step(item: _Item, policy: Policy, receipts: dict, fingerprints: dict, 
         if rec
         else None
     )
-    situation = decide.situation_of(
+    situation = situation_of(
         r,
         kind=item.kind,
         blocking=item.blocking,
@@ -318,7 +326,7 @@ def _next_step(item: _Item, policy: Policy, receipts: dict, fingerprints: dict, 
         receipts=mine,
         under_cap=retired < policy.max_retirements_per_pass,
     )
-    return decide.settle(situation, now)
+    return settle(situation, now)
 
 
 def _row(item: _Item, category: str) -> dict:
@@ -371,10 +379,10 @@ def outcome(
         else:
             step = _next_step(item, policy, receipts, fingerprints, retired, now)
             category = _FROM_STEP[step]
-            if step == decide.RETIRE or (
-                step == decide.SALVAGE
+            if step == Next.RETIRE or (
+                step == Next.SALVAGE
                 and policy.retirement_mode == RetirementMode.AUTO
-                and not decide.notice_on(policy.retirement_mode, policy.notice_period)
+                and not notice_on(policy.retirement_mode, policy.notice_period)
             ):
                 retired += 1  # a salvage is expected to end in a retirement this pass
         counts[category] += 1

@@ -195,7 +195,7 @@ def test_an_approval_and_a_notice_are_void_once_the_lease_moved(warm):
     """An approval is bound to its proof's fingerprint, a notice to its proof: both
     count for nothing once the lease names another sandbox."""
     from sandboxes.proof import approvals_of
-    from sandboxes.reconciler import decide
+    from sandboxes.rules.next_step import notice_valid
     from sandboxes.rules.proof import has_approval, proof_key
 
     lease, r = _approved(warm)
@@ -205,7 +205,7 @@ def test_an_approval_and_a_notice_are_void_once_the_lease_moved(warm):
     _move(lease, "sandbox-b")
     moved = proof_for(r)
     assert not has_approval(r, moved, approvals_of(r))
-    assert not decide.notice_valid(timezone.now(), notice_proof, proof_key(moved))
+    assert not notice_valid(timezone.now(), notice_proof, proof_key(moved))
 
 
 def test_the_gate_refuses_a_candidate_whose_lease_names_another_sandbox(warm):

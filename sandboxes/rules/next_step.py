@@ -1,35 +1,42 @@
-"""What happens next to a record: pure functions over plain data.
+"""What happens next to a record: pure functions over plain data (docs/rules.md,
+what happens next).
 
-The listing (`sync_step`, `new_record_state`) and the planner
-(`situation_of`, then `next_step`) ask these, and so does the policy preview:
-the preview computes what a pass would do with the very rules a pass follows,
-never a copy of them (docs/rules.md, what happens next).
+The planner (`situation_of`, then `next_step`) and the policy preview ask these,
+and so does the listing's decision (`sync_step`, `new_record_state`, through
+sandboxes/rules/listing.py): the preview computes what a pass would do with the
+very rules a pass follows, never a copy of them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Protocol
 
-from sandboxes.models import Receipt, Retirement
-from sandboxes.models.choices import RetirementKind, RetirementMode, Stage
-from sandboxes.rules.holds import STOP_ONLY_KINDS
-from sandboxes.rules.proof import Proof, has_approval, proof_key
+from .codes import RetirementKind, RetirementMode, Stage
+from .holds import STOP_ONLY_KINDS
+from .proof import Proof, ReceiptData, Record, has_approval, proof_key
 
-# next_step's answers.
-STOP_BEFORE_WAIT = "stop_before_wait"  # stop the sandbox the console started, then decide again
-HOLD = "hold"  # a hold blocks the next step: the record waits as `held`
-OBSERVE = "observe"  # observe mode: listed and explained, nothing more
-STOP_ONLY = "stop_only"  # a correction / superseded warm sandbox: stop and retain
-AWAIT_APPROVAL = "await_approval"  # manual mode: proof ready, waits for an operator
-GIVE_NOTICE = "give_notice"  # auto mode with a notice period: announce, retire after it
-WAIT_NOTICE = "wait_notice"  # the notice period is running
-WAIT_CAP = "wait_cap"  # the per-pass cap is reached: the next pass goes on
-RETIRE = "retire"  # destroy (through authorize_destroy)
-SALVAGE = "salvage"  # compare (and export) to earn the proof
-# resume_failed is proved by its replacement only, never by a compare: without
-# that proof the gate refuses, and the record fails, retries, then needs attention.
-UNPROVED = "unproved"
+
+class Next(StrEnum):
+    """next_step's answers; the planner turns each into a wait or a plan
+    (sandboxes/reconciler/plan.py, `_follow`)."""
+
+    STOP_BEFORE_WAIT = "stop_before_wait"  # stop the sandbox the console started, then decide again
+    HOLD = "hold"  # a hold blocks the next step: the record waits as `held`
+    OBSERVE = "observe"  # observe mode: listed and explained, nothing more
+    STOP_ONLY = "stop_only"  # a correction / superseded warm sandbox: stop and retain
+    AWAIT_APPROVAL = "await_approval"  # manual mode: proof ready, waits for an operator
+    GIVE_NOTICE = "give_notice"  # auto mode with a notice period: announce, retire after it
+    WAIT_NOTICE = "wait_notice"  # the notice period is running
+    WAIT_CAP = "wait_cap"  # the per-pass cap is reached: the next pass goes on
+    RETIRE = "retire"  # destroy (through authorize_destroy)
+    SALVAGE = "salvage"  # compare (and export) to earn the proof
+    # resume_failed is proved by its replacement only, never by a compare: without
+    # that proof the gate refuses, and the record fails, retries, then needs attention.
+    UNPROVED = "unproved"
 
 
 @dataclass(frozen=True)
@@ -48,15 +55,26 @@ class Situation:
     under_cap: bool
 
 
+class OpenRecord(Record, Protocol):
+    """What situation_of reads of a record, beyond what its proof reads."""
+
+    @property
+    def started_for_salvage(self) -> bool: ...
+    @property
+    def retire_after(self) -> datetime | None: ...
+    @property
+    def notice_proof(self) -> str: ...
+
+
 def situation_of(
-    r: Retirement,
+    r: OpenRecord,
     *,
     kind: str,
     blocking,
     mode: str,
     notice: timedelta | None,
     proof: Proof | None,
-    receipts: list[Receipt],
+    receipts: Iterable[ReceiptData],
     under_cap: bool,
 ) -> Situation:
     """The Situation of record `r` (its started flag and notice), its proof as
@@ -81,37 +99,37 @@ def notice_on(mode: str, notice: timedelta | None) -> bool:
     return mode == RetirementMode.AUTO and notice is not None and notice > timedelta(0)
 
 
-def next_step(s: Situation, now: datetime) -> str:
+def next_step(s: Situation, now: datetime) -> Next:
     if s.blocking:
-        return STOP_BEFORE_WAIT if s.started else HOLD
+        return Next.STOP_BEFORE_WAIT if s.started else Next.HOLD
     if s.mode == RetirementMode.OBSERVE:
-        return STOP_BEFORE_WAIT if s.started else OBSERVE
+        return Next.STOP_BEFORE_WAIT if s.started else Next.OBSERVE
     if s.kind in STOP_ONLY_KINDS:
-        return STOP_ONLY
+        return Next.STOP_ONLY
     if s.proof:
         if s.mode == RetirementMode.MANUAL and not s.approved:
-            return STOP_BEFORE_WAIT if s.started else AWAIT_APPROVAL
+            return Next.STOP_BEFORE_WAIT if s.started else Next.AWAIT_APPROVAL
         if notice_on(s.mode, s.notice):
             if not s.notice_valid:
-                return STOP_BEFORE_WAIT if s.started else GIVE_NOTICE
+                return Next.STOP_BEFORE_WAIT if s.started else Next.GIVE_NOTICE
             if s.retire_after is None or s.retire_after > now:
-                return STOP_BEFORE_WAIT if s.started else WAIT_NOTICE
+                return Next.STOP_BEFORE_WAIT if s.started else Next.WAIT_NOTICE
         if not s.under_cap:
-            return WAIT_CAP
-        return RETIRE
+            return Next.WAIT_CAP
+        return Next.RETIRE
     if not s.under_cap:
         # The cap is reached: start nothing this pass that could not be retired.
-        return WAIT_CAP
+        return Next.WAIT_CAP
     if s.kind == RetirementKind.RESUME_FAILED:
-        return UNPROVED
-    return SALVAGE
+        return Next.UNPROVED
+    return Next.SALVAGE
 
 
-def settle(s: Situation, now: datetime) -> str:
+def settle(s: Situation, now: datetime) -> Next:
     """Where a worker's loop ends up within one pass: after a stop-before-wait it
     decides again on the stopped sandbox."""
     step = next_step(s, now)
-    if step == STOP_BEFORE_WAIT:
+    if step == Next.STOP_BEFORE_WAIT:
         return next_step(replace(s, started=False), now)
     return step
 
@@ -124,21 +142,25 @@ def notice_valid(retire_after, notice_proof: str, proof_key: str) -> bool:
 
 # --- the listing's decisions ---------------------------------------------------------
 
-SYNC_HOLD = "hold"
-SYNC_RELEASE = "release"
-SYNC_WAKE = "wake"
+
+class Sync(StrEnum):
+    """What the listing does to an open record whose holds it just recomputed."""
+
+    HOLD = "hold"  # a hold appeared: the record waits as `held`
+    RELEASE = "release"  # its holds cleared: `held` becomes `listed`, due now
+    WAKE = "wake"  # due now (a started sandbox is stopped first by its worker)
 
 
 def sync_step(
     *, stage: str, blocking, mode: str, started: bool, next_attempt_at, claimed: bool
-) -> str | None:
+) -> Sync | None:
     """What the listing does to an open record whose holds it just recomputed."""
     if claimed:
         return None  # its worker re-judges it under the row lock
     if blocking and stage != Stage.HELD:
-        return SYNC_WAKE if started else SYNC_HOLD  # a started sandbox is stopped first
+        return Sync.WAKE if started else Sync.HOLD  # a started sandbox is stopped first
     if not blocking and stage == Stage.HELD:
-        return SYNC_RELEASE
+        return Sync.RELEASE
     if (
         not blocking
         and mode != RetirementMode.OBSERVE
@@ -149,7 +171,7 @@ def sync_step(
             or (stage == Stage.AWAITING_APPROVAL and mode == RetirementMode.AUTO)
         )
     ):
-        return SYNC_WAKE
+        return Sync.WAKE
     return None
 
 

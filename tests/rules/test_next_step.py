@@ -1,9 +1,9 @@
-"""decide.next_step: the one decision the machine and the policy preview share."""
+"""next_step: the one decision the machine and the policy preview share."""
 
 from datetime import UTC, datetime
 
-from sandboxes.models.choices import RetirementKind, RetirementMode
-from sandboxes.reconciler import decide
+from sandboxes.rules.codes import RetirementKind, RetirementMode
+from sandboxes.rules.next_step import Next, Situation, next_step
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
@@ -22,16 +22,16 @@ def situation(kind, **overrides):
         "under_cap": True,
         **overrides,
     }
-    return decide.Situation(**fields)
+    return Situation(**fields)
 
 
 def test_a_receipt_kind_without_proof_salvages():
-    assert decide.next_step(situation(RetirementKind.ABANDONED_WARM), NOW) == decide.SALVAGE
+    assert next_step(situation(RetirementKind.ABANDONED_WARM), NOW) == Next.SALVAGE
 
 
 def test_resume_failed_without_its_replacement_proof_is_never_salvaged():
     """Seed 004: never started or compared; the preview counts it as a retry."""
-    step = decide.next_step(situation(RetirementKind.RESUME_FAILED), NOW)
-    assert step == decide.UNPROVED
+    step = next_step(situation(RetirementKind.RESUME_FAILED), NOW)
+    assert step == Next.UNPROVED
     proved = situation(RetirementKind.RESUME_FAILED, proof=True)
-    assert decide.next_step(proved, NOW) == decide.RETIRE
+    assert next_step(proved, NOW) == Next.RETIRE
