@@ -969,7 +969,7 @@ class Wave:
         `dismissed` (the lease names another sandbox), the move is audited, and the
         sandbox it names now is listed on its own."""
         from sandboxes.models import AuditEvent, Retirement
-        from sandboxes.reconciler.candidates import LEASE_MOVED
+        from sandboxes.rules.listing import LEASE_MOVED
 
         problems = [] if self.state.k6 else ["no lease was re-pointed after an approval"]
         source, target = fleet.named("repoint-from"), fleet.named("repoint-to")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import operator
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import reduce
 
 from django.conf import settings
@@ -63,6 +62,7 @@ from sandboxes.models.choices import (
     RetirementKind,
 )
 from sandboxes.rules.holds import LeaseFacts
+from sandboxes.rules.listing import Candidate
 
 from .proof_facts import (
     TERMINATED,
@@ -315,27 +315,6 @@ def _listable(environment_id=None) -> QuerySet:
     if environment_id is not None:
         qs = qs.filter(environment_id=environment_id)
     return qs
-
-
-# Why a record closes when its lease row is re-sent naming another sandbox: the
-# row now describes that sandbox, which is listed on its own (docs/rules.md, holds).
-LEASE_MOVED = "the lease now names another sandbox"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    lease_id: uuid.UUID
-    provider: str
-    provider_lease_id: str
-    environment_id: uuid.UUID
-    retirement_mode: str
-    kind: str | None
-    facts: LeaseFacts
-
-    def names(self, provider: str, provider_lease_id: str) -> bool:
-        """Whether the judged lease row still names this sandbox: its facts are
-        about the sandbox the row names now, and only then about this one."""
-        return (self.provider, self.provider_lease_id) == (provider, provider_lease_id)
 
 
 def _to_candidate(row: tuple) -> Candidate:

@@ -19,10 +19,11 @@ from sandboxes.models.choices import SHARING_STATUSES, ReceiptKind, RetirementMo
 from sandboxes.proof import fingerprint_of, replaced_workspace
 from sandboxes.providers.base import SandboxState, TransientProviderError
 from sandboxes.rules.holds import STOP_ONLY_KINDS, compute_holds
+from sandboxes.rules.listing import LEASE_MOVED, Candidate
 from sandboxes.rules.next_step import notice_on, notice_valid
 from sandboxes.rules.proof import PROOF_KINDS, Proof, has_approval, proof_from_receipts, proof_key
 
-from .candidates import LEASE_MOVED, Candidate, sandbox_rows
+from .candidates import sandbox_rows
 from .records import iso
 
 

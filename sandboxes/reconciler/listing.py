@@ -2,9 +2,12 @@
 
 A fixed number of queries at any fleet size: the candidate query, the open
 records, one re-judge of records whose lease is not a current candidate, and
-bulk writes. Claimed records are left to their worker. The sync also reports
-when its answer would change with the clock alone (`SyncResult.due_at`), so a
-pass over an unchanged fleet can reuse it (sandboxes/reconciler/changes.py).
+bulk writes. What the listing does to each record is decided on the ground
+floor (`sandboxes/rules/listing.py:decide_listing`, which the policy preview
+asks too); this module reads, then writes that answer, claimed records left to
+their worker. The sync also reports when its answer would change with the
+clock alone (`SyncResult.due_at`), so a pass over an unchanged fleet can reuse
+it (sandboxes/reconciler/changes.py).
 """
 
 from __future__ import annotations
@@ -13,38 +16,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from sandboxes.models import AuditEvent, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, Stage
-from sandboxes.rules.holds import (
-    NEEDS_STOP_RECEIPT,
-    blocking_holds,
-    compute_holds,
-    explain,
-    holds_change_at,
+from sandboxes.rules.holds import NEEDS_STOP_RECEIPT, blocking_holds, compute_holds
+from sandboxes.rules.listing import (
+    RECORD_FIELDS,
+    Candidate,
+    Does,
+    Listed,
+    changes_at,
+    decide_listing,
+    to_rejudge,
 )
-from sandboxes.rules.next_step import Sync, new_record_state, sync_step
+from sandboxes.rules.next_step import Sync
 
-from .candidates import LEASE_MOVED, Candidate, judge_leases, list_candidates
+from .candidates import judge_leases, list_candidates
 from .predicates import stop_refusals
-
-OPEN_FIELDS = (
-    "id",
-    "lease_id",
-    "provider",
-    "provider_lease_id",
-    "kind",
-    "stage",
-    "holds",
-    "hold_reasons",
-    "operator_hold_reason",
-    "started_for_salvage",
-    "next_attempt_at",
-    "claimed_until",
-    "environment__retirement_mode",
-)
 
 
 @dataclass(frozen=True)
@@ -58,10 +48,12 @@ class Evaluated:
 
 
 def _open_records(environment_id=None) -> list[dict]:
+    """The open records as decide_listing reads them, each with its
+    environment's retirement mode."""
     qs = Retirement.objects.open()
     if environment_id is not None:
         qs = qs.filter(environment_id=environment_id)
-    return list(qs.values(*OPEN_FIELDS))
+    return list(qs.values(*RECORD_FIELDS, mode=F("environment__retirement_mode")))
 
 
 def _operator_holds(environment_id=None) -> dict[tuple[str, str], str]:
@@ -106,13 +98,9 @@ class SyncResult:
     due_at: datetime | None = None
 
 
-def _claimed(rec: dict, now) -> bool:
-    return rec["claimed_until"] is not None and rec["claimed_until"] > now
-
-
 @dataclass
 class _Plan:
-    """What one sync writes, gathered before any write."""
+    """What one sync writes, gathered from the listing's decision before any write."""
 
     creates: list[Retirement] = field(default_factory=list)
     updates: list[Retirement] = field(default_factory=list)
@@ -120,8 +108,32 @@ class _Plan:
     to_release: list = field(default_factory=list)
     to_wake: list = field(default_factory=list)
     to_dismiss: dict = field(default_factory=dict)
-    # Why Paperclip's predicate refuses the stop of each lease held no_stop_receipt.
-    refusals: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, decisions: list[Listed]) -> _Plan:
+        plan = cls()
+        for d in decisions:
+            rec = d.record
+            if d.does is Does.CREATE:
+                plan.creates.append(_new_record(d))
+            elif d.does is Does.DISMISS and rec is not None:
+                plan.to_dismiss[rec["id"]] = d.reason
+            elif d.does is Does.WAKE and rec is not None:
+                plan.to_wake.append(rec["id"])  # its worker stops the started sandbox first
+            elif d.does is Does.TRACK and rec is not None:
+                if d.rewrite:
+                    plan.updates.append(
+                        Retirement(
+                            pk=rec["id"], holds=list(d.holds), hold_reasons=d.reasons, kind=d.kind
+                        )
+                    )
+                if d.sync is Sync.HOLD:
+                    plan.to_hold.append(rec["id"])
+                elif d.sync is Sync.RELEASE:
+                    plan.to_release.append(rec["id"])
+                elif d.sync is Sync.WAKE:
+                    plan.to_wake.append(rec["id"])  # a started sandbox: its worker stops it first
+        return plan
 
 
 def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncResult:
@@ -138,89 +150,34 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
     records = _open_records(environment_id)
     candidates = list_candidates(environment_id)
     result.candidates = len(candidates)
-    by_sandbox = {(r["provider"], r["provider_lease_id"]): r for r in records}
-    cand_by_sandbox = {(c.provider, c.provider_lease_id): c for c in candidates}
-
     # Records not backed by a current candidate row: re-judge their own lease.
-    rejudge = [
-        r["lease_id"]
-        for key, r in by_sandbox.items()
-        if key not in cand_by_sandbox or cand_by_sandbox[key].lease_id != r["lease_id"]
-    ]
-    judged = judge_leases(rejudge)
-
-    plan = _Plan(refusals=_stop_refusals([*candidates, *judged.values()]))
-    _plan_candidates(plan, by_sandbox, cand_by_sandbox, now)
-    _plan_rejudged(plan, by_sandbox, cand_by_sandbox, judged, now)
-    _write(plan, result, now)
+    judged = judge_leases(to_rejudge(records, candidates))
+    refusals = _stop_refusals([*candidates, *judged.values()])
+    decisions = decide_listing(records, candidates, judged, now, refusals=refusals)
+    _write(_Plan.of(decisions), result, now)
     for c in candidates:
         result.by_kind[c.kind] = result.by_kind.get(c.kind, 0) + 1
-    result.due_at = _due_at(now, candidates, judged.values(), records)
+    result.due_at = changes_at(now, candidates, judged.values(), records)
     return result
 
 
-def _track(plan: _Plan, rec: dict, cand: Candidate, kind: str, now) -> None:
-    holds = compute_holds(
-        cand.facts, kind, operator_hold_reason=rec["operator_hold_reason"], now=now
-    )
-    reasons = explain(holds, cand.facts, rec["hold_reasons"], plan.refusals.get(cand.lease_id, ""))
-    if holds != rec["holds"] or kind != rec["kind"] or reasons != rec["hold_reasons"]:
-        plan.updates.append(Retirement(pk=rec["id"], holds=holds, hold_reasons=reasons, kind=kind))
-    step = sync_step(
-        stage=rec["stage"],
-        blocking=blocking_holds(holds, kind),
-        mode=rec["environment__retirement_mode"],
-        started=rec["started_for_salvage"],
-        next_attempt_at=rec["next_attempt_at"],
-        claimed=_claimed(rec, now),
-    )
-    if step == Sync.HOLD:
-        plan.to_hold.append(rec["id"])
-    elif step == Sync.RELEASE:
-        plan.to_release.append(rec["id"])
-    elif step == Sync.WAKE:
-        plan.to_wake.append(rec["id"])  # a started sandbox: its worker stops it first
-
-
-def _plan_candidates(plan: _Plan, by_sandbox: dict, cand_by_sandbox: dict, now) -> None:
-    """Each current candidate: track its record, give way to it, or create one."""
-    for key, cand in cand_by_sandbox.items():
-        if cand.kind is None:
-            continue  # never: the candidate query lists rows that match a kind
-        rec = by_sandbox.get(key)
-        if rec is not None and rec["lease_id"] == cand.lease_id:
-            _track(plan, rec, cand, cand.kind, now)
-            continue
-        if rec is not None:
-            # A newer lease row on this sandbox is itself a candidate: the old
-            # record gives way, and the newest row is listed on the next pass.
-            if not _claimed(rec, now) and not rec["started_for_salvage"]:
-                plan.to_dismiss[rec["id"]] = (
-                    "a newer lease row on this sandbox is the candidate now"
-                )
-            continue
-        plan.creates.append(_new_record(cand, cand.kind, now, plan.refusals.get(cand.lease_id, "")))
-
-
-def _new_record(cand: Candidate, kind: str, now, stop_refusal: str = "") -> Retirement:
-    holds = compute_holds(cand.facts, kind, now=now)
-    stage, due = new_record_state(
-        blocking=blocking_holds(holds, kind), mode=cand.retirement_mode, now=now
-    )
+def _new_record(d: Listed) -> Retirement:
+    cand = d.candidate
+    assert cand is not None  # a created record has its candidate
     return Retirement(
         lease_id=cand.lease_id,
         environment_id=cand.environment_id,
         provider=cand.provider,
         provider_lease_id=cand.provider_lease_id,
-        kind=kind,
-        stage=stage,
-        holds=holds,
-        hold_reasons=explain(holds, cand.facts, stop_refusal=stop_refusal),
-        next_attempt_at=due,
+        kind=d.kind,
+        stage=d.stage,
+        holds=list(d.holds),
+        hold_reasons=d.reasons,
+        next_attempt_at=d.due_at,
     )
 
 
-def _stop_refusals(candidates) -> dict:
+def _stop_refusals(candidates: list[Candidate]) -> dict:
     """{lease id: why Paperclip's predicate refuses its stop} for the candidates
     of a kind that needs a confirmed stop and has none (the no_stop_receipt
     hold says which condition failed). 2 queries, only for those leases."""
@@ -230,32 +187,6 @@ def _stop_refusals(candidates) -> dict:
         if c.kind in NEEDS_STOP_RECEIPT and not c.facts.has_stop_receipt
     ]
     return stop_refusals(ids)
-
-
-def _plan_rejudged(plan: _Plan, by_sandbox: dict, cand_by_sandbox: dict, judged: dict, now) -> None:
-    """Each open record with no current candidate row, by its re-judged lease."""
-    for key, rec in by_sandbox.items():
-        if key in cand_by_sandbox:
-            continue
-        judged_row = judged.get(rec["lease_id"])
-        if judged_row is None:
-            continue  # graph has placeholders again: leave it as it is
-        moved = not judged_row.names(*key)
-        if judged_row.kind is None or moved:
-            # A moved lease's facts describe the sandbox it names now, never this
-            # record's: the record closes, and that sandbox is listed on its own.
-            if _claimed(rec, now):
-                continue
-            if rec["started_for_salvage"]:
-                plan.to_wake.append(rec["id"])
-            else:
-                plan.to_dismiss[rec["id"]] = (
-                    LEASE_MOVED
-                    if moved
-                    else "no longer a candidate (the predicate stopped matching)"
-                )
-            continue
-        _track(plan, rec, judged_row, judged_row.kind, now)
 
 
 def _write(plan: _Plan, result: SyncResult, now) -> None:
@@ -306,16 +237,6 @@ def _create(creates: list[Retirement]) -> int:
     if creates:
         return len(Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None))
     return 0
-
-
-def _due_at(now: datetime, candidates, judged, records) -> datetime | None:
-    """When this listing's answer changes with the clock alone: the first warm
-    retention to end among the rows it judged, or the first claim to expire
-    among the records it left to their worker (docs/rules.md, holds)."""
-    times = [holds_change_at(c.facts, c.kind, now=now) for c in candidates]
-    times += [holds_change_at(c.facts, c.kind, now=now) for c in judged]
-    times += [r["claimed_until"] for r in records if _claimed(r, now)]
-    return min((t for t in times if t is not None), default=None)
 
 
 def _dismiss(reasons: dict, now, unclaimed: Q) -> int:

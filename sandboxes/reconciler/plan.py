@@ -23,10 +23,11 @@ from sandboxes.models.choices import HoldCode, ReceiptKind, Stage
 from sandboxes.notifications import events as notify
 from sandboxes.proof import fingerprint_of, replaced_workspace
 from sandboxes.rules.holds import blocking_holds, compute_holds, explain
+from sandboxes.rules.listing import LEASE_MOVED, NOT_A_CANDIDATE, Candidate
 from sandboxes.rules.next_step import Next, next_step, situation_of
 from sandboxes.rules.proof import Proof, proof_from_receipts, proof_key, void_reason
 
-from .candidates import LEASE_MOVED, Candidate, judge_lease_locked
+from .candidates import judge_lease_locked
 from .claims import fenced
 from .gate import proof_receipts, record_void
 from .predicates import stop_refusals
@@ -167,7 +168,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
 
 
 def _dismiss(r: Retirement, now) -> None:
-    close_record(r, Stage.DISMISSED, "no longer a candidate (the predicate stopped matching)", now)
+    close_record(r, Stage.DISMISSED, NOT_A_CANDIDATE, now)
 
 
 def _follow(r: Retirement, step: Next, base: dict, proof_key: str, now) -> Plan | None:

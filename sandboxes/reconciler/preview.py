@@ -2,13 +2,13 @@
 sandboxes under a policy, beside what it would do under the current one.
 
 Computed with the pass's own functions and nothing else: the candidate listing
-(`list_candidates`, `judge_leases`), the holds (`compute_holds`,
-`blocking_holds`), the proof (`proof_from_receipts`), the listing's decisions
-(`sync_step`, `new_record_state`) and the planner's (`situation_of`,
-`next_step` through `settle`, sandboxes/rules/next_step.py), in the
-order a pass claims records, with its per-pass cap.
-It only reads: a fixed number of queries at any fleet size, no write, no
-provider call.
+(`list_candidates`, `judge_leases`), the listing's decision
+(`sandboxes/rules/listing.py:decide_listing`, which `sync_retirements` writes
+and this counts, under the policy), the proof (`proof_from_receipts`) and the
+planner's decision (`situation_of`, `next_step` through `settle`,
+sandboxes/rules/next_step.py), in the order a pass claims records, with its
+per-pass cap. It only reads: a fixed number of queries at any fleet size, no
+write, no provider call.
 
 What it cannot know is what a compare will find: a record that starts salvage
 is counted under `salvage` (in auto mode without a notice period it is
@@ -18,7 +18,7 @@ expected to be retired in the same pass, and counts against the cap as such).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,20 +33,13 @@ from sandboxes.models.choices import (
     RetirementMode,
     Stage,
 )
-from sandboxes.proof import fingerprints_of, replaced_workspace
-from sandboxes.rules.holds import blocking_holds, compute_holds
-from sandboxes.rules.next_step import (
-    Next,
-    Sync,
-    new_record_state,
-    notice_on,
-    settle,
-    situation_of,
-    sync_step,
-)
+from sandboxes.proof import fingerprints_of
+from sandboxes.rules import listing
+from sandboxes.rules.listing import Candidate, Does, Listed, decide_listing, to_rejudge
+from sandboxes.rules.next_step import Next, notice_on, settle, situation_of
 from sandboxes.rules.proof import PROOF_KINDS, proof_from_receipts
 
-from .candidates import Candidate, judge_leases, list_candidates
+from .candidates import judge_leases, list_candidates
 
 # Categories, in display order, with what each means for an admin.
 CATEGORIES = {
@@ -88,20 +81,8 @@ _WAITING_STAGE: dict[str, str] = {
 }
 LIST_LIMIT = 500  # rows listed per category (counts are always complete)
 
-RECORD_FIELDS = (
-    "id",
-    "lease_id",
-    "provider",
-    "provider_lease_id",
-    "kind",
-    "stage",
-    "operator_hold_reason",
-    "started_for_salvage",
-    "next_attempt_at",
-    "claimed_until",
-    "retire_after",
-    "notice_proof",
-)
+# The listing's fields, and what the planner reads of a notice.
+RECORD_FIELDS = (*listing.RECORD_FIELDS, "retire_after", "notice_proof")
 
 
 @dataclass(frozen=True)
@@ -135,33 +116,15 @@ class Outcome:
         return {r["record_id"] for r in self.rows.get(category, []) if r["record_id"]}
 
 
-@dataclass(frozen=True)
-class _Item:
-    """One sandbox as the next pass would meet it, after its listing."""
-
-    record: dict | None  # None: the listing would create its record now
-    kind: str
-    sandbox: tuple
-    holds: tuple
-    blocking: tuple
-    stage: str
-    due_at: datetime | None
-    claimed: bool
-    dismissed: bool = False
-
-
 # What _load reads: records (values() rows, each with its "record"), candidates,
 # re-judged leases, receipts by record and fingerprints by record.
 Loaded = tuple[list[dict[str, Any]], list[Candidate], dict, dict, dict]
 
 
 def _as_record(rec: dict[str, Any]) -> Retirement:
-    """The values() row as an unsaved Retirement, what proof_from_receipts,
-    fingerprints_of and situation_of read (no query)."""
-    r = Retirement(**{name: rec[name] for name in RECORD_FIELDS})
-    if rec.get("lease") is not None:
-        r.lease = rec["lease"]  # loaded for resume_failed only (its proof reads it)
-    return r
+    """The values() row as an unsaved Retirement, what fingerprints_of and
+    situation_of read (no query)."""
+    return Retirement(**{name: rec[name] for name in RECORD_FIELDS})
 
 
 def _load(env: Environment) -> Loaded:
@@ -169,24 +132,18 @@ def _load(env: Environment) -> Loaded:
     re-judged leases of records without a current candidate, and receipts."""
     records = list(Retirement.objects.filter(environment=env).open().values(*RECORD_FIELDS))
     # resume_failed is proved by its replacement: a re-read of its lease's
-    # workspace (sandboxes.proof.replacement_proof), loaded here in one query.
+    # workspace (sandboxes.rules.proof.replacement_proof), loaded here in one query.
     replaced = [r["lease_id"] for r in records if r["kind"] == RetirementKind.RESUME_FAILED]
     if replaced:
         leases = EnvironmentLease.objects.select_related("execution_workspace").in_bulk(replaced)
         for r in records:
             if r["kind"] == RetirementKind.RESUME_FAILED:
-                r["lease"] = leases.get(r["lease_id"])
+                lease = leases.get(r["lease_id"])
+                r["workspace"] = lease.execution_workspace if lease is not None else None
     for r in records:
         r["record"] = _as_record(r)
     candidates = list_candidates(env.pk)
-    by_sandbox = {(c.provider, c.provider_lease_id): c for c in candidates}
-    rejudge = [
-        r["lease_id"]
-        for r in records
-        if (c := by_sandbox.get((r["provider"], r["provider_lease_id"]))) is None
-        or c.lease_id != r["lease_id"]
-    ]
-    judged = judge_leases(rejudge)
+    judged = judge_leases(to_rejudge(records, candidates))
     receipts: dict = {}
     if records:
         for x in Receipt.objects.filter(
@@ -201,110 +158,7 @@ def _load(env: Environment) -> Loaded:
     return records, candidates, judged, receipts, fingerprints
 
 
-def _kind(cand: Candidate) -> str:
-    """A listed candidate, or a re-judged lease still a candidate, has its kind."""
-    assert cand.kind is not None
-    return cand.kind
-
-
-@dataclass
-class _Replay:
-    """The listing (sync_retirements) replayed on the loaded rows under `policy`.
-    `cache` keeps holds computed for one retention, for the other policy's replay."""
-
-    policy: Policy
-    now: datetime
-    cache: dict
-
-    def holds_of(self, cand: Candidate, operator_hold_reason: str = "") -> tuple[tuple, tuple]:
-        key = (cand.lease_id, self.policy.warm_retention, operator_hold_reason)
-        if key not in self.cache:
-            facts = cand.facts
-            if facts.warm_retention != self.policy.warm_retention:
-                facts = replace(facts, warm_retention=self.policy.warm_retention)
-            holds = compute_holds(
-                facts, cand.kind, operator_hold_reason=operator_hold_reason, now=self.now
-            )
-            self.cache[key] = (tuple(holds), tuple(blocking_holds(holds, cand.kind)))
-        return self.cache[key]
-
-    def tracked(self, rec: dict, cand: Candidate) -> _Item:
-        """An open record of the candidate's lease, after the listing's sync_step."""
-        now = self.now
-        holds, blocking = self.holds_of(cand, rec["operator_hold_reason"])
-        claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
-        step = sync_step(
-            stage=rec["stage"],
-            blocking=blocking,
-            mode=self.policy.retirement_mode,
-            started=rec["started_for_salvage"],
-            next_attempt_at=rec["next_attempt_at"],
-            claimed=claimed,
-        )
-        stage, due = rec["stage"], rec["next_attempt_at"]
-        if step == Sync.HOLD:
-            stage, due = Stage.HELD, None
-        elif step == Sync.RELEASE:
-            stage, due = Stage.LISTED, now
-        elif step == Sync.WAKE and stage not in (*STAGES_CLOSED, Stage.HELD):
-            due = now
-        key = (cand.provider, cand.provider_lease_id)
-        return _Item(rec, _kind(cand), key, holds, blocking, stage, due, claimed)
-
-    def created(self, key: tuple, cand: Candidate) -> _Item:
-        """A candidate without a record: the listing creates it (new_record_state)."""
-        holds, blocking = self.holds_of(cand)
-        stage, due = new_record_state(
-            blocking=blocking, mode=self.policy.retirement_mode, now=self.now
-        )
-        return _Item(None, _kind(cand), key, holds, blocking, stage, due, False)
-
-
-def _dismissed(rec: dict, key: tuple, now) -> _Item | None:
-    """A record whose lease is no longer the candidate is dismissed, unless a
-    worker holds it or the console started its sandbox."""
-    claimed = rec["claimed_until"] is not None and rec["claimed_until"] > now
-    if claimed or rec["started_for_salvage"]:
-        return None
-    return _Item(rec, rec["kind"], key, (), (), rec["stage"], None, False, True)
-
-
-def _items(policy: Policy, records, candidates, judged, now, cache: dict) -> list[_Item]:
-    """Replay the listing (sync_retirements) on the loaded rows under `policy`."""
-    by_sandbox = {(r["provider"], r["provider_lease_id"]): r for r in records}
-    cands = {(c.provider, c.provider_lease_id): c for c in candidates}
-    replay = _Replay(policy, now, cache)
-    items: list[_Item | None] = []
-    for key, cand in cands.items():
-        rec = by_sandbox.get(key)
-        if rec is None:
-            items.append(replay.created(key, cand))
-        elif rec["lease_id"] == cand.lease_id:
-            items.append(replay.tracked(rec, cand))
-        else:
-            # The old record gives way; the newest row is listed on the next pass.
-            items.append(_dismissed(rec, key, now))
-    for key, rec in by_sandbox.items():
-        judged_row = None if key in cands else judged.get(rec["lease_id"])
-        if judged_row is None:
-            continue
-        if judged_row.kind is None or not judged_row.names(*key):
-            items.append(_dismissed(rec, key, now))
-        else:
-            items.append(replay.tracked(rec, judged_row))
-    return [item for item in items if item is not None]
-
-
-def _due(item: _Item, now) -> bool:
-    """Retirement.objects.due (what claims.claim_next picks), on the item's post-listing state."""
-    if item.claimed:
-        return False
-    if item.stage == Stage.HELD:
-        return bool(item.record and item.record["started_for_salvage"])
-    return item.due_at is not None and item.due_at <= now
-
-
-def _next_step(item: _Item, policy: Policy, receipts: dict, fingerprints: dict, retired: int, now):
+def _next_step(item: Listed, policy: Policy, receipts: dict, fingerprints: dict, retired: int, now):
     """What the pass's worker would do with a due item: the planner's decision
     (situation_of, as plan_step builds it), settled within the pass."""
     rec = item.record
@@ -312,7 +166,7 @@ def _next_step(item: _Item, policy: Policy, receipts: dict, fingerprints: dict, 
     mine = receipts.get(r.pk, []) if rec else []
     # Bound to what the sandbox is now, as plan_step binds it.
     proof = (
-        proof_from_receipts(r, mine, fingerprints.get(r.pk), workspace=replaced_workspace(r))
+        proof_from_receipts(r, mine, fingerprints.get(r.pk), workspace=rec.get("workspace"))
         if rec
         else None
     )
@@ -329,7 +183,7 @@ def _next_step(item: _Item, policy: Policy, receipts: dict, fingerprints: dict, 
     return settle(situation, now)
 
 
-def _row(item: _Item, category: str) -> dict:
+def _row(item: Listed, category: str) -> dict:
     """One sandbox as the preview lists it under its category."""
     rec = item.record
     started = bool(rec and rec["started_for_salvage"])
@@ -343,6 +197,31 @@ def _row(item: _Item, category: str) -> dict:
     }
 
 
+def _listed(policy: Policy, records, candidates, judged, now: datetime) -> list[Listed]:
+    """What the listing does to each sandbox under `policy`, in the order a pass
+    then claims records: next_attempt_at (nulls first), then id. Not counted: a
+    record the listing leaves as it is (another worker holds it, or its lease's
+    graph has placeholders again), or wakes only for its worker to stop the
+    sandbox it started before the record closes."""
+    decided = decide_listing(
+        records,
+        candidates,
+        judged,
+        now,
+        mode=policy.retirement_mode,
+        warm_retention=policy.warm_retention,
+    )
+    items = [d for d in decided if d.does not in (Does.LEAVE, Does.WAKE)]
+    items.sort(
+        key=lambda i: (
+            i.due_at is not None,
+            i.due_at or now,
+            str(i.record["id"]) if i.record else "~",
+        )
+    )
+    return items
+
+
 def outcome(
     policy: Policy,
     records: list[dict[str, Any]],
@@ -351,28 +230,19 @@ def outcome(
     receipts: dict,
     fingerprints: dict,
     now: datetime,
-    cache: dict | None = None,
 ) -> Outcome:
-    items = _items(policy, records, candidates, judged, now, {} if cache is None else cache)
-    # The order a pass claims records: next_attempt_at (nulls first), then id.
-    items.sort(
-        key=lambda i: (
-            i.due_at is not None,
-            i.due_at or now,
-            str(i.record["id"]) if i.record else "~",
-        )
-    )
+    items = _listed(policy, records, candidates, judged, now)
     retired = 0  # what Worker.retired_by_env counts
     out = Outcome()
     counts: Counter[str] = Counter()
     by_code: Counter[str] = Counter()
     rows: dict[str, list[dict]] = {}
     for item in items:
-        if item.dismissed:
+        if item.does is Does.DISMISS:
             category = "dismissed"
         elif item.claimed:
             category = "in_progress"
-        elif not _due(item, now):
+        elif not item.due(now):
             category = _WAITING_STAGE.get(item.stage, "listed")
             if policy.retirement_mode == RetirementMode.OBSERVE and category == "listed":
                 category = "observe"
@@ -416,7 +286,6 @@ def preview(env: Environment, proposed: Policy, now: datetime | None = None) -> 
     t0 = time.monotonic()
     now = now or timezone.now()
     loaded = _load(env)
-    cache: dict = {}
-    current = outcome(Policy.of(env), *loaded, now, cache)
-    new = outcome(proposed, *loaded, now, cache)
+    current = outcome(Policy.of(env), *loaded, now)
+    new = outcome(proposed, *loaded, now)
     return Preview(current, new, time.monotonic() - t0)
