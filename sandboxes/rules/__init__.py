@@ -1,3 +1,4 @@
 """The ground floor: pure rules over plain data (docs/rules.md). Nothing here
-imports Django models or touches the database; the reconciler, the console and
-the tests ask these functions."""
+imports Django, a model or the database (tests/rules/test_ground_floor.py); the
+reconciler, the operator actions, the pages and the API ask these functions,
+and tests/rules/ tests them without a database."""
