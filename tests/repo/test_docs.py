@@ -15,7 +15,7 @@ from sandboxes.models.choices import HoldCode, RetirementKind
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "docs" / "rules.md", REPO / "docs" / "architecture.md"]
 
-# `sandboxes.proof:approval_for` — a module and an attribute path in it.
+# `sandboxes.rules.proof:approval_for` — a module and an attribute path in it.
 CODE_REF = re.compile(r"`((?:sandboxes|paperclip_console)(?:\.\w+)+):([\w.]+)`")
 # `tests/reconciler/test_machine.py::test_one_function_calls_destroy`
 TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
