@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from sandboxes.models import EnvironmentLease, Receipt, Retirement
 from sandboxes.models.choices import PROVIDER_RECEIPT_KINDS, ReceiptKind, RetirementKind
-from sandboxes.rules.proof import PROOF_KINDS, Proof, proof_from_receipts
+from sandboxes.rules.proof import Proof, proof_from_receipts
 
 # The actor of every receipt Paperclip reported (ingest and the mirror write it);
 # the console's own receipts carry "system" or the operator's name.
@@ -110,11 +110,7 @@ def replaced_workspace(retirement: Retirement):
 
 def proof_for(retirement: Retirement) -> Proof:
     """The record's proof, bound to what its sandbox is now."""
-    receipts = list(
-        Receipt.objects.filter(retirement=retirement, kind__in=PROOF_KINDS).order_by(
-            "confirmed_at", "created_at"
-        )
-    )
+    receipts = list(Receipt.objects.proof_of([retirement]))
     return proof_from_receipts(
         retirement,
         receipts,

@@ -44,9 +44,7 @@ def summary(r: Retirement) -> dict:
 
 
 def detail(r: Retirement) -> dict:
-    receipts = Receipt.objects.filter(
-        provider_lease_id=r.provider_lease_id, lease__provider=r.provider
-    ).order_by("confirmed_at", "created_at")
+    receipts = Receipt.objects.of_sandbox(r.provider, r.provider_lease_id)
     return {
         **summary(r),
         "receipts": [

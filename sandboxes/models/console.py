@@ -14,6 +14,8 @@ from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
+from sandboxes.rules.proof import PROOF_KINDS
+
 from .choices import (
     STAGES_CLOSED,
     WORKABLE_STAGES,
@@ -239,6 +241,21 @@ class Retirement(models.Model):
         return self.stage not in STAGES_CLOSED
 
 
+class ReceiptQuerySet(models.QuerySet):
+    """The receipts the proof rule, the console's pages, the API and the
+    reconciler read, asked the same way everywhere (oldest first: Meta.ordering)."""
+
+    def proof_of(self, records):
+        """The proof and approval receipts of `records` (retirements, their ids,
+        or a queryset of them): what the proof rule and an approval read
+        (docs/rules.md, proof)."""
+        return self.filter(retirement__in=records, kind__in=(*PROOF_KINDS, ReceiptKind.APPROVAL))
+
+    def of_sandbox(self, provider: str, sandbox_id: str):
+        """Every receipt naming the sandbox, whichever lease or record it came with."""
+        return self.filter(provider_lease_id=sandbox_id, lease__provider=provider)
+
+
 class Receipt(AppendOnlyModel):
     """Proof of a confirmed step. A queued request is not a receipt."""
 
@@ -262,6 +279,8 @@ class Receipt(AppendOnlyModel):
     payload = models.JSONField(default=dict, blank=True)
     actor = models.CharField(max_length=200, blank=True, help_text="Who wrote it: system or user.")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ReceiptQuerySet.as_manager()
 
     class Meta:
         ordering = ["confirmed_at", "created_at"]

@@ -15,13 +15,13 @@ import time
 
 from sandboxes import audit
 from sandboxes.models import AuditEvent, Receipt, Retirement
-from sandboxes.models.choices import SHARING_STATUSES, ReceiptKind, RetirementMode, Stage
+from sandboxes.models.choices import SHARING_STATUSES, RetirementMode, Stage
 from sandboxes.proof import fingerprint_of, replaced_workspace
 from sandboxes.providers.base import SandboxState, TransientProviderError
 from sandboxes.rules.holds import STOP_ONLY_KINDS, compute_holds
 from sandboxes.rules.listing import LEASE_MOVED, Candidate
 from sandboxes.rules.next_step import notice_on, notice_valid
-from sandboxes.rules.proof import PROOF_KINDS, Proof, has_approval, proof_from_receipts, proof_key
+from sandboxes.rules.proof import Proof, has_approval, proof_from_receipts, proof_key
 
 from .candidates import sandbox_rows
 from .records import iso
@@ -38,15 +38,6 @@ class ProofVoid(DestroyRefused):
     def __init__(self, proof: Proof):
         super().__init__(proof.void)
         self.proof = proof
-
-
-def proof_receipts(r: Retirement) -> list[Receipt]:
-    """The record's proof and approval receipts, oldest first."""
-    return list(
-        Receipt.objects.filter(
-            retirement=r, kind__in=(*PROOF_KINDS, ReceiptKind.APPROVAL)
-        ).order_by("confirmed_at", "created_at")
-    )
 
 
 def record_void(r: Retirement, proof: Proof) -> None:
@@ -90,7 +81,7 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
     env = r.environment
     if env.retirement_mode == RetirementMode.OBSERVE:
         raise DestroyRefused("the environment is in observe mode")
-    receipts = proof_receipts(r)
+    receipts = list(Receipt.objects.proof_of([r]))
     # Proof is bound to what it saw: recomputed here, under the lock (docs/rules.md, proof).
     proof = proof_from_receipts(r, receipts, fingerprint_of(r), workspace=replaced_workspace(r))
     if not proof:

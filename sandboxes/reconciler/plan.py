@@ -29,7 +29,7 @@ from sandboxes.rules.proof import Proof, proof_from_receipts, proof_key, void_re
 
 from .candidates import judge_lease_locked
 from .claims import fenced
-from .gate import proof_receipts, record_void
+from .gate import record_void
 from .predicates import stop_refusals
 from .records import close_record, wait_record
 
@@ -148,7 +148,7 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
             return None
 
         blocking = _refresh_holds(r, cand, now)
-        receipts = proof_receipts(r)
+        receipts = list(Receipt.objects.proof_of([r]))
         fingerprint = fingerprint_of(r)
         proof = proof_from_receipts(r, receipts, fingerprint, workspace=replaced_workspace(r))
         situation = situation_of(

@@ -22,13 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
 from django.utils import timezone
 
 from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
 from sandboxes.models.choices import (
-    STAGES_CLOSED,
-    ReceiptKind,
     RetirementKind,
     RetirementMode,
     Stage,
@@ -37,7 +34,7 @@ from sandboxes.proof import fingerprints_of
 from sandboxes.rules import listing
 from sandboxes.rules.listing import Candidate, Does, Listed, decide_listing, to_rejudge
 from sandboxes.rules.next_step import Next, notice_on, settle, situation_of
-from sandboxes.rules.proof import PROOF_KINDS, proof_from_receipts
+from sandboxes.rules.proof import proof_from_receipts
 
 from .candidates import judge_leases, list_candidates
 
@@ -146,11 +143,7 @@ def _load(env: Environment) -> Loaded:
     judged = judge_leases(to_rejudge(records, candidates))
     receipts: dict = {}
     if records:
-        for x in Receipt.objects.filter(
-            Q(kind__in=(*PROOF_KINDS, ReceiptKind.APPROVAL)),
-            retirement__environment=env,
-            retirement__stage__in=[s for s in Stage.values if s not in STAGES_CLOSED],
-        ).order_by("confirmed_at", "created_at"):
+        for x in Receipt.objects.proof_of(Retirement.objects.filter(environment=env).open()):
             receipts.setdefault(x.retirement_id, []).append(x)
     # Only a record with proof receipts can have proof: bind those to what their
     # sandbox is now (the others have no proof whatever the fingerprint).

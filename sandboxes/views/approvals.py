@@ -10,10 +10,10 @@ from django_htmx.http import trigger_client_event
 from sandboxes import actions
 from sandboxes.forms import BulkApproveForm
 from sandboxes.models import Receipt, Retirement
-from sandboxes.models.choices import ReceiptKind, Stage
+from sandboxes.models.choices import Stage
 from sandboxes.paging import keyset_page
 from sandboxes.proof import fingerprints_of, replaced_workspace
-from sandboxes.rules.proof import PROOF_KINDS, has_approval, proof_from_receipts
+from sandboxes.rules.proof import has_approval, proof_from_receipts
 from sandboxes.views.common import console_view, counted, permission
 
 PAGE_SIZE = actions.MAX_BULK_APPROVE
@@ -28,10 +28,7 @@ def queue_context(request, *, results=None, error="", form=None) -> dict:
         size=PAGE_SIZE,
     )
     by_retirement = defaultdict(list)
-    for receipt in Receipt.objects.filter(
-        retirement__in=[r.pk for r in page.items],
-        kind__in=[*PROOF_KINDS, ReceiptKind.APPROVAL],
-    ):
+    for receipt in Receipt.objects.proof_of(page.items):
         by_retirement[receipt.retirement_id].append(receipt)
     fingerprints = fingerprints_of(page.items)
     rows = []

@@ -138,9 +138,7 @@ def _receipt_view(receipt: Receipt, attachments: dict, r: Retirement, fingerprin
 
 def detail_context(request, r: Retirement, *, error: str = "", notice: str = "") -> dict:
     receipts = list(
-        Receipt.objects.filter(provider_lease_id=r.provider_lease_id, lease__provider=r.provider)
-        .select_related("retirement")
-        .order_by("confirmed_at", "created_at")
+        Receipt.objects.of_sandbox(r.provider, r.provider_lease_id).select_related("retirement")
     )
     leases = list(
         EnvironmentLease.objects.filter(provider=r.provider, provider_lease_id=r.provider_lease_id)
@@ -235,9 +233,9 @@ def sandbox_by_id(request, sandbox_id):
 def detail_fingerprint(r: Retirement) -> str:
     """Changes whenever the live parts of a sandbox's page would: the record, its
     receipts and its audit rows. Two small aggregates beside the record itself."""
-    receipts = Receipt.objects.filter(
-        provider_lease_id=r.provider_lease_id, lease__provider=r.provider
-    ).aggregate(n=Count("id"), last=Max("created_at"))
+    receipts = Receipt.objects.of_sandbox(r.provider, r.provider_lease_id).aggregate(
+        n=Count("id"), last=Max("created_at")
+    )
     events = AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).aggregate(
         n=Count("id"), last=Max("at")
     )
