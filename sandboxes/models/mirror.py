@@ -12,6 +12,9 @@ from datetime import timedelta
 from django.db import models
 from django.db.models import Q
 
+from sandboxes.providers.base import Provider
+from sandboxes.providers.registry import get_provider
+
 from .choices import (
     KEEPABLE_STATUSES,
     RUN_LIVE,
@@ -178,6 +181,16 @@ class Environment(MirroredModel):
             "workspace_root": self.workspace_root,
             "notice_hours": self.notice_period.total_seconds() / 3600,
         }
+
+    def provider_client(self, provider: str = "") -> Provider:
+        """The shared client for `provider` (blank: this environment's) with this
+        environment's API settings (docs/rules.md, what happens next)."""
+        return get_provider(
+            provider or self.provider,
+            api_url=self.api_url or None,
+            api_key_env=self.api_key_env or "DAYTONA_API_KEY",
+            toolbox_hosts=self.toolbox_hosts,
+        )
 
 
 class Issue(MirroredModel):

@@ -20,7 +20,6 @@ from sandboxes.models import Environment, Retirement
 from sandboxes.models.choices import Stage
 from sandboxes.notifications import events as notify
 from sandboxes.providers.base import ProviderError
-from sandboxes.providers.registry import get_provider
 from sandboxes.receipts import write_stop_receipts
 
 from .claims import DB_LOST, ClaimLost, fenced
@@ -51,12 +50,7 @@ class ProviderMismatch(ProviderError):
 
 def default_provider_for(environment: Environment, provider_name: str = ""):
     """The client for a lease's provider with its environment's API settings."""
-    return get_provider(
-        provider_name or environment.provider,
-        api_url=environment.api_url or None,
-        api_key_env=environment.api_key_env or "DAYTONA_API_KEY",
-        toolbox_hosts=environment.toolbox_hosts,
-    )
+    return environment.provider_client(provider_name)
 
 
 @dataclass

@@ -268,19 +268,11 @@ def provider_state(request, pk):
     but the ask is audited (a call with the environment's credentials), so it
     is a POST with CSRF: a link or a prefetch cannot make it."""
     from sandboxes.providers.base import ProviderError
-    from sandboxes.providers.registry import get_provider
 
     r = _get_retirement(pk)
-    env = r.environment
     state, error = None, ""
     try:
-        provider = get_provider(
-            r.provider,
-            api_url=env.api_url or None,
-            api_key_env=env.api_key_env,
-            toolbox_hosts=env.toolbox_hosts,
-        )
-        state = provider.get(r.provider_lease_id).state
+        state = r.environment.provider_client(r.provider).get(r.provider_lease_id).state
     except (ProviderError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"
     # A call to the provider with the environment's credentials, on a person's

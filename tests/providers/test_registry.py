@@ -58,3 +58,33 @@ def test_provider_settings_default_from_django(settings):
     settings.DAYTONA_API_URL = "https://x.example"
     provider = get_provider("daytona")
     assert provider.budget_seconds == 12 and provider.max_concurrency == 3
+
+
+def test_an_environment_asks_for_the_shared_client_of_its_own_settings(settings, tmp_path):
+    """Environment.provider_client: the one way the reconciler and the console's
+    "Ask the provider now" build a client."""
+    from sandboxes.models import Environment
+
+    settings.PROVIDER_API_KEY_VARIABLES = ["DAYTONA_API_KEY", "OTHER_KEY"]
+    settings.DAYTONA_API_URL = "https://daytona.example/api"
+    settings.LOCAL_SANDBOX_ROOT = tmp_path / "boxes"
+    # Unsaved: building a client reads only the environment's own fields.
+    env = Environment(provider="daytona", api_url="", api_key_env="", toolbox_hosts="")
+    assert env.provider_client() is get_provider("daytona")
+    assert env.provider_client("local") is get_provider("local")
+    env = Environment(
+        provider="daytona",
+        api_url="https://other.example",
+        api_key_env="OTHER_KEY",
+        toolbox_hosts="toolbox.example",
+    )
+    client = env.provider_client()
+    assert client is get_provider(
+        "daytona",
+        api_url="https://other.example",
+        api_key_env="OTHER_KEY",
+        toolbox_hosts=("toolbox.example",),
+    )
+    assert client is not get_provider("daytona")
+    with pytest.raises(ValueError):
+        Environment(provider="ssh").provider_client()
