@@ -21,7 +21,6 @@ from django.utils import timezone
 from sandboxes.costs import fleet_costs
 from sandboxes.logging import log_context
 from sandboxes.models import Environment, ReconcilerPass, Retirement
-from sandboxes.models.console import OPEN_RECORDS
 
 from . import changes, claims, machine, sizes
 from .listing import evaluate_fleet, sync_retirements
@@ -250,8 +249,8 @@ def _finish(record: ReconcilerPass, env_id, started, w: Worker, errors: list) ->
     """Record the pass: counts by kind/stage, fleet costs, the worker's totals."""
     scope = Q() if env_id is None else Q(environment_id=env_id)
     rows = (
-        Retirement.objects.filter(scope)
-        .filter(OPEN_RECORDS | Q(closed_at__gte=started))
+        (Retirement.objects.open() | Retirement.objects.filter(closed_at__gte=started))
+        .filter(scope)
         .values("kind", "stage")
         .annotate(n=Count("id"))
     )

@@ -13,7 +13,6 @@ from django.views.decorators.http import require_GET
 from sandboxes.costs import daily_cost_expression, money
 from sandboxes.models import ReconcilerPass, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, RetirementKind, Stage
-from sandboxes.models.console import OPEN_RECORDS
 from sandboxes.views.common import LIVE_TRIGGER, console_view, live_fingerprint, unchanged_poll
 from sandboxes.views.common import with_etag as _with_etag
 
@@ -285,11 +284,9 @@ def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
     fleet = _fleet(now)
     by_stage, totals = fleet["by_stage"], fleet["totals"]
     open_total = sum(n for s, n in by_stage.items() if s not in STAGES_CLOSED)
+    failing = Retirement.objects.open().filter(Q(stage=Stage.FAILED) | Q(needs_attention=True))
     rows = (
-        Retirement.objects.filter(
-            Q(stage=Stage.AWAITING_APPROVAL)
-            | (OPEN_RECORDS & (Q(stage=Stage.FAILED) | Q(needs_attention=True)))
-        )
+        (Retirement.objects.filter(stage=Stage.AWAITING_APPROVAL) | failing)
         .select_related("environment", "lease__issue")
         .order_by("-updated_at")[:40]
     )
