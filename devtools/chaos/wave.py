@@ -442,7 +442,7 @@ class Wave:
 
     def _k5_problems(self, fleet: Fleet, alive: dict) -> list[str]:
         from sandboxes.models import AuditEvent, Receipt
-        from sandboxes.reconciler.worker import BACKOFF_FIRST
+        from sandboxes.reconciler.failures import BACKOFF_FIRST
 
         problems = []
         for case in self.k5_cases:

@@ -8,7 +8,7 @@ a time (docs/architecture.md, steps 5-10).
 The next step is derived from the record's receipts, never from memory, so a
 worker that dies anywhere is continued by the next one from the last receipt.
 Every destroy goes through `steps.retire_sandbox`, which asks
-`gate.authorize_destroy`. A failed step goes to `worker.record_failure`.
+`gate.authorize_destroy`. A failed step goes to `failures.record_failure`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,19 @@ from django.utils import timezone
 
 from . import claims, signals
 from .claims import DB_LOST, ClaimLost
+from .failures import record_failure
 from .gate import DestroyRefused
-from .plan import Action, Plan, plan_step
-from .steps import do_compare, do_export, do_stop_before_wait, do_stop_only, retire_sandbox
-from .worker import Worker, record_failure
+from .plan import plan_step
+from .steps import (
+    Action,
+    Plan,
+    do_compare,
+    do_export,
+    do_stop_before_wait,
+    do_stop_only,
+    retire_sandbox,
+)
+from .worker import Worker
 
 log = logging.getLogger(__name__)
 

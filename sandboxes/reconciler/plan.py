@@ -10,9 +10,6 @@ The next step is derived from the record's receipts, never from memory.
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, assert_never
 
 from django.utils import timezone
@@ -32,36 +29,10 @@ from .claims import fenced
 from .gate import record_void
 from .predicates import stop_refusals
 from .records import close_record, wait_record
+from .steps import Action, Plan
 
 if TYPE_CHECKING:
     from .worker import Worker
-
-
-class Action(StrEnum):
-    """The step a plan names; machine.STEPS runs each."""
-
-    STOP_ONLY = "stop_only"  # stop and retain (a correction, a superseded warm sandbox)
-    STOP_BEFORE_WAIT = "stop_before_wait"  # stop the sandbox the console started
-    COMPARE = "compare"
-    EXPORT = "export"
-    RETIRE = "retire"  # the destroy, through the gate
-
-
-@dataclass
-class Plan:
-    action: Action
-    retirement_id: uuid.UUID
-    environment: Environment
-    sandbox_id: str
-    root: str = ""
-    manifest: dict = field(default_factory=dict)
-    export_files: dict = field(default_factory=dict)
-    deleted: list = field(default_factory=list)
-    compare_receipt_id: str = ""
-    provider: str = ""  # the record's (the lease's) provider; "": the environment's
-    # What the sandbox was when the step was planned (under the row lock); the
-    # step's receipt records it, and the destroy gate compares it with the present.
-    fingerprint: dict = field(default_factory=dict)
 
 
 def workspace_root(lease: EnvironmentLease, environment: Environment) -> str:

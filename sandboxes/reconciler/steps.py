@@ -1,5 +1,7 @@
 """The steps: provider I/O with no transaction open, then a fenced write of
-the receipt and the record's stage (docs/architecture.md, steps 7-9).
+the receipt and the record's stage (docs/architecture.md, steps 7-9). A step
+runs a `Plan` (what the planner decided under the row lock), named by its
+`Action`:
 
     do_stop_only         stop and retain (a correction, or a superseded warm sandbox)
     do_stop_before_wait  stop the sandbox the console started, before the record waits
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
 from sandboxes import audit
-from sandboxes.models import Attachment, EnvironmentLease, Retirement
+from sandboxes.models import Attachment, Environment, EnvironmentLease, Retirement
 from sandboxes.models.choices import (
     CleanupStatus,
     LeaseStatus,
@@ -46,12 +50,43 @@ from .gate import ProofVoid, authorize_destroy, await_destroy, record_void
 from .records import clear_failures, close_record, iso, wait_record
 
 if TYPE_CHECKING:
-    from .plan import Plan
     from .worker import Worker
 
 log = logging.getLogger(__name__)
 
 CORRECTED_REASON = "stopped after an unsuccessful run"
+
+
+class Action(StrEnum):
+    """The step a plan names; machine.STEPS runs each."""
+
+    STOP_ONLY = "stop_only"  # stop and retain (a correction, a superseded warm sandbox)
+    STOP_BEFORE_WAIT = "stop_before_wait"  # stop the sandbox the console started
+    COMPARE = "compare"
+    EXPORT = "export"
+    RETIRE = "retire"  # the destroy, through the gate
+
+
+@dataclass
+class Plan:
+    action: Action
+    retirement_id: uuid.UUID
+    environment: Environment
+    sandbox_id: str
+    root: str = ""
+    manifest: dict = field(default_factory=dict)
+    export_files: dict = field(default_factory=dict)
+    deleted: list = field(default_factory=list)
+    compare_receipt_id: str = ""
+    provider: str = ""  # the record's (the lease's) provider; "": the environment's
+    # What the sandbox was when the step was planned (under the row lock); the
+    # step's receipt records it, and the destroy gate compares it with the present.
+    fingerprint: dict = field(default_factory=dict)
+
+
+def _provider(plan: Plan, worker: Worker):
+    # A plan built without a provider (tests) means the environment's.
+    return worker.provider(plan.environment, plan.provider or plan.environment.provider)
 
 
 def checkpoint(name: str) -> None:
@@ -128,7 +163,7 @@ def _close_gone(plan: Plan, attempt_id, conf: Confirmation) -> None:
 
 def do_stop_only(plan: Plan, attempt_id, worker: Worker) -> None:
     """Stop, confirm, receipt, lease → released (or the release rule's status). Never destroys."""
-    provider = worker.provider_of(plan)
+    provider = _provider(plan, worker)
     conf = stop(provider, plan.sandbox_id)
     checkpoint("stop_only:after_stop")
     if conf is None:
@@ -198,7 +233,7 @@ def _release_stopped_lease(r: Retirement, conf: Confirmation) -> EnvironmentLeas
 
 
 def do_stop_before_wait(plan: Plan, attempt_id, worker: Worker) -> None:
-    conf = stop(worker.provider_of(plan), plan.sandbox_id)
+    conf = stop(_provider(plan, worker), plan.sandbox_id)
     with fenced(plan.retirement_id, attempt_id) as r:
         if conf is not None:
             write_stop_receipts(r, conf, retain=False)
@@ -231,7 +266,7 @@ def _ensure_started(plan: Plan, attempt_id, provider) -> Confirmation | None:
 
 
 def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
-    provider = worker.provider_of(plan)
+    provider = _provider(plan, worker)
     gone = _ensure_started(plan, attempt_id, provider)
     if gone is not None:
         _close_gone(plan, attempt_id, gone)
@@ -272,7 +307,7 @@ def do_compare(plan: Plan, attempt_id, worker: Worker) -> None:
 
 
 def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
-    provider = worker.provider_of(plan)
+    provider = _provider(plan, worker)
     gone = _ensure_started(plan, attempt_id, provider)
     if gone is not None:
         _close_gone(plan, attempt_id, gone)
@@ -407,7 +442,7 @@ def retire_sandbox(plan: Plan, attempt_id, worker: Worker) -> None:
     if authorized is None:
         return
     proof_reason, kind = authorized
-    provider = worker.provider_of(plan)
+    provider = _provider(plan, worker)
     info = _read_before_destroy(provider, plan.sandbox_id, kind)
     if info is not None and info.state == SandboxState.DESTROYED:
         conf = _gone(provider, plan.sandbox_id)

@@ -24,9 +24,9 @@ from devtools.simulator import HOME
 from sandboxes import content_store
 from sandboxes import models as m
 from sandboxes.reconciler import machine
+from sandboxes.reconciler.failures import backoff
 from sandboxes.reconciler.plan import Action
 from sandboxes.reconciler.steps import do_compare
-from sandboxes.reconciler.worker import backoff
 
 from .conftest import SAVED, retirement_of
 from .e2e import load, reconcile_once, record

@@ -14,11 +14,12 @@ from sandboxes import models as m
 from sandboxes.providers.base import TransientProviderError
 from sandboxes.reconciler import machine
 from sandboxes.reconciler.claims import ClaimLost
+from sandboxes.reconciler.failures import backoff
 from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
 from sandboxes.reconciler.plan import Action, Plan
 from sandboxes.reconciler.steps import do_compare, retire_sandbox
-from sandboxes.reconciler.worker import ProviderMismatch, Worker, backoff
+from sandboxes.reconciler.worker import ProviderMismatch, Worker
 from tests import factories as f
 
 from .conftest import SAVED, ago, retirement_of

@@ -15,8 +15,8 @@ from sandboxes import models as m
 from sandboxes.notifications import channels, delivery
 from sandboxes.notifications.secrets import encrypt
 from sandboxes.reconciler.candidates import judge_lease_locked
+from sandboxes.reconciler.failures import NEEDS_ATTENTION_AFTER
 from sandboxes.reconciler.gate import DestroyRefused, authorize_destroy
-from sandboxes.reconciler.worker import NEEDS_ATTENTION_AFTER
 from sandboxes.roles import ADMINS, OPERATORS
 from tests import factories as f
 from tests.notifications.conftest import allow, serve_receiver

@@ -236,7 +236,6 @@ def test_the_product_graph_is_read(product):
 KNOWN_CIRCLES = [
     ["sandboxes.ingest.fold", "sandboxes.ingest.sql"],
     ["sandboxes.notifications.delivery", "sandboxes.notifications.events"],
-    ["sandboxes.reconciler.plan", "sandboxes.reconciler.steps", "sandboxes.reconciler.worker"],
 ]
 
 
