@@ -43,7 +43,7 @@ from sandboxes.providers.base import (
 )
 from sandboxes.receipts import write_receipt, write_stop_receipts
 
-from . import salvage
+from . import salvage, signals
 from .candidates import judge_lease_locked
 from .claims import CLAIM_SECONDS, fenced
 from .gate import ProofVoid, authorize_destroy, await_destroy, record_void
@@ -90,7 +90,9 @@ def _provider(plan: Plan, worker: Worker):
 
 
 def checkpoint(name: str) -> None:
-    """A named point between steps. Tests replace it to simulate a worker dying."""
+    """A named point inside a step, announced (signals.checkpoint): a harness
+    that makes a worker die there connects a receiver that raises."""
+    signals.checkpoint.send(sender=__name__, name=name)
 
 
 def stop(provider, sandbox_id: str) -> Confirmation | None:

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from sandboxes import models as m
 from sandboxes.providers.local import LocalProvider
+from sandboxes.reconciler import signals
 from sandboxes.reconciler.passes import run_pass
 from tests import factories as f
 
@@ -61,6 +62,27 @@ def reconcile(local):
         return run_pass(**kwargs)
 
     return run
+
+
+@pytest.fixture
+def at_checkpoint():
+    """Observe the steps' checkpoints through their signal (signals.checkpoint),
+    as a harness does: `at_checkpoint(act)` calls act(name) at each one, until
+    the `off()` it returns is called or the test ends. An act that raises is
+    the worker dying there."""
+    receivers = []
+
+    def connect(act):
+        def receiver(sender, name, **kwargs):
+            act(name)
+
+        signals.checkpoint.connect(receiver, weak=False)
+        receivers.append(receiver)
+        return lambda: signals.checkpoint.disconnect(receiver)
+
+    yield connect
+    for receiver in receivers:
+        signals.checkpoint.disconnect(receiver)
 
 
 @pytest.fixture

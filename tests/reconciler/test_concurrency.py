@@ -95,11 +95,9 @@ def test_two_reconcilers_never_destroy_a_sandbox_twice(simulator):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_destroy_under_way_is_awaited_by_reading_not_sent_again():
+def test_a_destroy_under_way_is_awaited_by_reading_not_sent_again(at_checkpoint):
     """A worker died right after its DELETE was received: the next one finds the
     sandbox `destroying` and confirms by reads; there is one DELETE, not two."""
-    from sandboxes.reconciler import steps
-
     with SimulatorServer(seed=5, config=FaultConfig(transition_seconds=0.8)) as srv:
         env = f.EnvironmentFactory(provider="daytona", api_url=srv.url, name="await")
         (sid,) = seed_sandboxes(srv, 1)
@@ -119,13 +117,12 @@ def test_a_destroy_under_way_is_awaited_by_reading_not_sent_again():
             if name == "compare:after_receipt":
                 raise Died
 
-        real_checkpoint = steps.checkpoint
-        steps.checkpoint = die
+        survive = at_checkpoint(die)
         try:
             with pytest.raises(Died):
                 run_pass(worker="dead", provider_for=lambda env: client)
         finally:
-            steps.checkpoint = real_checkpoint
+            survive()
         # The dead worker's DELETE reached the provider; its claim then expired.
         import httpx
 

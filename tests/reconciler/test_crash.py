@@ -19,12 +19,18 @@ class WorkerDied(BaseException):
     """Not an Exception: nothing in the worker may catch it, like a SIGKILL."""
 
 
-def die_at(monkeypatch, point):
-    def checkpoint(name):
-        if name == point:
-            raise WorkerDied(name)
+@pytest.fixture
+def die_at(at_checkpoint):
+    """die_at(point): from now on a worker dies there; returns what ends that."""
 
-    monkeypatch.setattr("sandboxes.reconciler.steps.checkpoint", checkpoint)
+    def arm(point):
+        def die(name):
+            if name == point:
+                raise WorkerDied(name)
+
+        return at_checkpoint(die)
+
+    return arm
 
 
 def expire_claims():
@@ -41,9 +47,9 @@ def expire_claims():
         "retire:after_destroy",
     ],
 )
-def test_another_worker_continues_from_the_last_receipt(point, warm, local, reconcile, monkeypatch):
+def test_another_worker_continues_from_the_last_receipt(point, warm, local, reconcile, die_at):
     lease = warm(status=m.LeaseStatus.FAILED, files=UNSAVED)
-    die_at(monkeypatch, point)
+    survive = die_at(point)
     with pytest.raises(WorkerDied):
         reconcile()
     r = retirement_of(lease)
@@ -51,7 +57,7 @@ def test_another_worker_continues_from_the_last_receipt(point, warm, local, reco
     reconcile()  # claim not expired yet: nobody touches the record
     assert retirement_of(lease).stage != m.Stage.RETIRED
 
-    monkeypatch.undo()
+    survive()
     expire_claims()
     reconcile()
     r = retirement_of(lease)
@@ -65,14 +71,14 @@ def test_another_worker_continues_from_the_last_receipt(point, warm, local, reco
 
 
 def test_a_crash_after_destroy_is_confirmed_by_a_read_not_a_second_destroy(
-    warm, local, reconcile, monkeypatch
+    warm, local, reconcile, die_at
 ):
     lease = warm(status=m.LeaseStatus.FAILED)
-    die_at(monkeypatch, "retire:after_destroy")
+    survive = die_at("retire:after_destroy")
     with pytest.raises(WorkerDied):
         reconcile()
     assert local.count("destroy") == 1
-    monkeypatch.undo()
+    survive()
     expire_claims()
     reconcile()
     assert local.count("destroy") == 1
@@ -81,7 +87,7 @@ def test_a_crash_after_destroy_is_confirmed_by_a_read_not_a_second_destroy(
     assert retirement_of(lease).stage == m.Stage.RETIRED
 
 
-def test_a_crash_after_a_stop_only_step_never_destroys(warm, local, reconcile, monkeypatch):
+def test_a_crash_after_a_stop_only_step_never_destroys(warm, local, reconcile, die_at):
     lease = warm(
         status=m.LeaseStatus.RETAINED,
         disposition=m.Disposition.KEEP_RUNNING,
@@ -89,10 +95,10 @@ def test_a_crash_after_a_stop_only_step_never_destroys(warm, local, reconcile, m
         receipt=False,
         stopped=False,
     )
-    die_at(monkeypatch, "stop_only:after_stop")
+    survive = die_at("stop_only:after_stop")
     with pytest.raises(WorkerDied):
         reconcile()
-    monkeypatch.undo()
+    survive()
     expire_claims()
     reconcile()
     lease.refresh_from_db()
@@ -102,17 +108,15 @@ def test_a_crash_after_a_stop_only_step_never_destroys(warm, local, reconcile, m
     assert local.count("destroy") == 0
 
 
-def test_a_sandbox_started_by_a_dead_worker_is_stopped_by_the_next(
-    warm, local, reconcile, monkeypatch
-):
+def test_a_sandbox_started_by_a_dead_worker_is_stopped_by_the_next(warm, local, reconcile, die_at):
     env = f.EnvironmentFactory(retirement_mode=m.RetirementMode.MANUAL)
     lease = warm(env=env, status=m.LeaseStatus.FAILED, files=UNSAVED)
-    die_at(monkeypatch, "compare:before_receipt")
+    survive = die_at("compare:before_receipt")
     with pytest.raises(WorkerDied):
         reconcile()
     assert local.inner.get(lease.provider_lease_id).state == "started"
     assert retirement_of(lease).started_for_salvage
-    monkeypatch.undo()
+    survive()
     expire_claims()
     reconcile()
     r = retirement_of(lease)
@@ -122,13 +126,13 @@ def test_a_sandbox_started_by_a_dead_worker_is_stopped_by_the_next(
 
 
 def test_an_operator_hold_on_a_dead_workers_started_sandbox_still_stops_it(
-    warm, local, reconcile, monkeypatch
+    warm, local, reconcile, die_at
 ):
     lease = warm(status=m.LeaseStatus.FAILED, files=UNSAVED)
-    die_at(monkeypatch, "compare:before_receipt")
+    survive = die_at("compare:before_receipt")
     with pytest.raises(WorkerDied):
         reconcile()
-    monkeypatch.undo()
+    survive()
     # The console's hold action puts the record in `held` straight away.
     m.Retirement.objects.filter(lease=lease).update(
         stage=m.Stage.HELD, operator_hold_reason="look first"
@@ -153,15 +157,15 @@ def test_switching_manual_to_auto_lets_an_awaiting_record_proceed(warm, local, r
 
 
 def test_a_worker_claims_one_record_at_a_time_so_a_crash_strands_at_most_one(
-    warm, local, reconcile, monkeypatch
+    warm, local, reconcile, die_at
 ):
     leases = [warm(status=m.LeaseStatus.FAILED) for _ in range(4)]
-    die_at(monkeypatch, "compare:before_receipt")
+    survive = die_at("compare:before_receipt")
     with pytest.raises(WorkerDied):
         reconcile()
     claimed = m.Retirement.objects.exclude(attempt_id=None)
     assert claimed.count() == 1
-    monkeypatch.undo()
+    survive()
     reconcile()  # the others are worked at once; only the dead worker's record waits
     stages = sorted(retirement_of(lease).stage for lease in leases)
     assert stages.count(m.Stage.RETIRED) == 3

@@ -43,27 +43,33 @@ def terminate_my_backend():
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
-def drop_at(monkeypatch, point, times=1):
-    hits = []
+@pytest.fixture
+def drop_at(at_checkpoint):
+    """drop_at(point): the connection drops there (`times` times); the hits."""
 
-    def checkpoint(name):
-        if name == point and len(hits) < times:
-            hits.append(name)
-            terminate_my_backend()
+    def arm(point, times=1):
+        hits = []
 
-    monkeypatch.setattr("sandboxes.reconciler.steps.checkpoint", checkpoint)
-    return hits
+        def drop(name):
+            if name == point and len(hits) < times:
+                hits.append(name)
+                terminate_my_backend()
+
+        at_checkpoint(drop)
+        return hits
+
+    return arm
 
 
 @pytest.mark.parametrize(
     "point", ["compare:before_receipt", "export:before_receipt", "retire:after_destroy"]
 )
 def test_a_dropped_connection_mid_step_is_survived_and_retried(
-    point, warm, local, reconcile, monkeypatch
+    point, warm, local, reconcile, drop_at
 ):
     lease = warm(status=m.LeaseStatus.FAILED, files=UNSAVED)
     other = warm(status=m.LeaseStatus.FAILED)
-    hits = drop_at(monkeypatch, point)
+    hits = drop_at(point)
     first = reconcile()  # no exception escapes the pass
     assert hits == [point]
     assert any("database lost" in e.get("error", "") for e in first.errors), first.errors
@@ -84,10 +90,10 @@ def test_a_dropped_connection_mid_step_is_survived_and_retried(
 
 
 def test_a_claim_that_cannot_be_released_expires_and_fencing_still_holds(
-    warm, local, reconcile, monkeypatch
+    warm, local, reconcile, monkeypatch, drop_at
 ):
     lease = warm(status=m.LeaseStatus.FAILED)
-    drop_at(monkeypatch, "retire:after_destroy")
+    drop_at("retire:after_destroy")
     real_release = release_claim
 
     def release_fails(*args):

@@ -83,3 +83,34 @@ def test_a_step_that_fails_is_still_announced_as_finished(warm, reconcile, local
         ("started", Action.COMPARE),
         ("finished", Action.COMPARE),
     ]
+
+
+def test_each_step_announces_its_checkpoints_in_order(warm, reconcile, at_checkpoint):
+    """signals.checkpoint: the points a crash test makes a worker die at."""
+    compared = warm(status=m.LeaseStatus.FAILED)
+    exported = warm(status=m.LeaseStatus.FAILED, files={"README.md": b"# task\n", "new.md": b"x"})
+    heard = []
+    at_checkpoint(heard.append)
+    reconcile()
+    assert retirement_of(compared).stage == retirement_of(exported).stage == m.Stage.RETIRED
+    clean = ["compare:before_receipt", "compare:after_receipt", "retire:after_destroy"]
+    dirty = [*clean[:2], "export:before_receipt", "export:after_receipt", clean[2]]
+    # One record after the other (a worker claims one at a time), in either order.
+    assert heard in (clean + dirty, dirty + clean), heard
+
+
+def test_a_receiver_that_raises_stops_the_worker_where_it_is(warm, reconcile, at_checkpoint):
+    class Died(BaseException):
+        pass
+
+    def die(name):
+        if name == "compare:before_receipt":
+            raise Died(name)
+
+    lease = warm(status=m.LeaseStatus.FAILED)
+    at_checkpoint(die)
+    with pytest.raises(Died):
+        reconcile()
+    r = retirement_of(lease)
+    assert r.stage == m.Stage.COMPARING and r.attempt_id is not None  # left to expire
+    assert not r.receipts.filter(kind=m.ReceiptKind.SALVAGE_COMPARE).exists()
