@@ -9,8 +9,8 @@ Failures are recorded (attempts, a short error, the response code; never the
 response body) and retried: 30 s, doubling, capped at 1 h, at most
 MAX_ATTEMPTS times; a host `addresses` refuses is not retried. Nothing here
 runs inside the reconciler's transactions: `emit` queues the task after the
-commit, and the `notifications sweep` schedule (setup_schedules) sends
-whatever is due.
+commit, and the `notifications sweep` schedule (setup_schedules,
+`tasks.sweep`) sends whatever is due.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from . import addresses, secrets
 log = logging.getLogger(__name__)
 
 TASK = "sandboxes.notifications.delivery.deliver"
-SWEEP_TASK = "sandboxes.notifications.delivery.sweep"
 MAX_ATTEMPTS = 8
 BACKOFF_FIRST = 30
 BACKOFF_CAP = 60 * 60
@@ -311,14 +310,3 @@ def send_due(now=None) -> dict:
         status = deliver(pk, now=now)
         counts[status] = counts.get(status, 0) + 1
     return counts
-
-
-def sweep() -> dict:
-    """The scheduled task: announce an overdue reconciler, and queue every due
-    delivery (retries, and any whose first queueing failed)."""
-    from .events import reconciler_overdue
-
-    reconciler_overdue()
-    ids = due_ids()
-    enqueue(ids)
-    return {"queued": len(ids)}

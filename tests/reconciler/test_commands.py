@@ -71,7 +71,7 @@ def test_setup_schedules_is_idempotent_by_name(settings):
     assert schedule.func == "sandboxes.reconciler.tasks.reconcile_pass"
     assert schedule.minutes == 2 and schedule.repeats == -1
     sweep = Schedule.objects.get(name="notifications sweep")
-    assert sweep.func == "sandboxes.notifications.delivery.sweep" and sweep.repeats == -1
+    assert sweep.func == "sandboxes.notifications.tasks.sweep" and sweep.repeats == -1
     assert Schedule.objects.count() == 2
     assert settings.Q_CLUSTER["retry"] > settings.Q_CLUSTER["timeout"]
     assert settings.Q_CLUSTER["catch_up"] is False

@@ -5,7 +5,7 @@ from django_q.models import Schedule
 RECONCILE = "reconciler pass"
 TASK = "sandboxes.reconciler.tasks.reconcile_pass"
 NOTIFY = "notifications sweep"
-NOTIFY_TASK = "sandboxes.notifications.delivery.sweep"
+NOTIFY_TASK = "sandboxes.notifications.tasks.sweep"
 
 
 class Command(BaseCommand):
