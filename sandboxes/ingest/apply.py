@@ -20,8 +20,9 @@ On PostgreSQL the rows travel as one JSON document per table
 (`json_to_recordset`); elsewhere (the embedded SQLite) through the ORM, a
 statement per table.
 
-The fold (steps 1-2) is `sandboxes/ingest/fold.py`; the statements (step 3)
-are `sandboxes/ingest/sql.py`.
+The rows the batch names, read and written back, are its unit of work
+(`sandboxes/ingest/batch.py`); the fold (step 2) is `sandboxes/ingest/fold.py`;
+the statements (steps 1 and 3) are `sandboxes/ingest/sql.py`.
 """
 
 from dataclasses import dataclass
@@ -34,9 +35,10 @@ from sandboxes.models import EnvironmentLease, Receipt
 from sandboxes.models.choices import PROVIDER_RECEIPT_KINDS
 
 from . import schemas as s
-from .fold import Id, _apply, _check_references, _referenced_ids, _UnitOfWork
+from .batch import Id, UnitOfWork
+from .fold import _apply, _check_references, _referenced_ids
 from .schemas import Event, EventError
-from .sql import _record_event_ids, _write_rows
+from .sql import record_event_ids
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def apply_events(source: str, events: list[Event], *, actor: Any = None) -> Batc
         return _apply_batch(source, events, actor)
 
 
-def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> None:
+def _check_early_receipts(uow: UnitOfWork, events: list[Event], actor: Any) -> None:
     """A receipt can arrive before its lease row (it is then stored against a
     placeholder and cannot be checked). When the lease arrives, every receipt
     recorded for it is validated against its sandbox (docs/rules.md, proof; issue 10 item
@@ -109,7 +111,7 @@ def _check_early_receipts(uow: _UnitOfWork, events: list[Event], actor: Any) -> 
         )
 
 
-def _audit_moves(uow: _UnitOfWork, actor: Any) -> None:
+def _audit_moves(uow: UnitOfWork, actor: Any) -> None:
     """Each lease a newer report moved to another sandbox, in the audit trail
     (a record on the old sandbox closes on the next pass: docs/rules.md, holds).
     One INSERT per move; moves are rare."""
@@ -133,7 +135,7 @@ def _audit_moves(uow: _UnitOfWork, actor: Any) -> None:
         )
 
 
-def _recorded_receipts(uow: _UnitOfWork, leases: dict[Id, str]) -> list[tuple]:
+def _recorded_receipts(uow: UnitOfWork, leases: dict[Id, str]) -> list[tuple]:
     """(id, lease id, sandbox, request id, kind) of every provider receipt
     recorded for these leases, by confirmation time.
 
@@ -168,14 +170,14 @@ def _recorded_receipts(uow: _UnitOfWork, leases: dict[Id, str]) -> list[tuple]:
 
 def _apply_batch(source: str, events: list[Event], actor: Any) -> BatchResult:
     with transaction.atomic():
-        recorded = _record_event_ids(source, events)
+        recorded = record_event_ids(source, events)
         fresh: list[Event] = []
         for event in events:
             if event.id in recorded:
                 recorded.discard(event.id)  # a repeat inside the batch counts once
                 fresh.append(event)
 
-        uow = _UnitOfWork()
+        uow = UnitOfWork()
         uow.load(_referenced_ids(fresh))
         errors = _check_references(uow, fresh)
         if errors:
@@ -185,7 +187,7 @@ def _apply_batch(source: str, events: list[Event], actor: Any) -> BatchResult:
             _apply(uow, event)
         if uow.errors:
             raise BatchRejected(uow.errors)
-        _write_rows(uow, uow.receipts)
+        uow.write()
         _check_early_receipts(uow, fresh, actor)
         _audit_moves(uow, actor)
     return BatchResult(

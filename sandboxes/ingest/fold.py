@@ -1,12 +1,12 @@
 """The fold of a batch's events into the rows they name (`sandboxes.ingest.apply`):
-the rows are read once, then each event is applied in batch order, in memory,
-on plain values (no model instances)."""
+each event is applied in batch order, in memory, on plain values (no model
+instances), to the rows the batch's unit of work (`batch.py`) read once."""
 
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, cast
-from uuid import UUID, uuid4
+from typing import Any
+from uuid import uuid4
 
 from pydantic import TypeAdapter
 
@@ -23,14 +23,10 @@ from sandboxes.models import (
 from sandboxes.models.choices import RECEIPT_SCHEMAS, ReceiptKind, TerminationState
 
 from . import schemas as s
+from .batch import Id, Row, UnitOfWork
 from .moves import sandbox_move
 from .schemas import Event, EventError
-from .sql import Mirrored, _defaults, _field, _read_rows
-
-# A row's id. At run time always the canonical string (`schemas.plain_ids`):
-# rows are keyed by it, without a uuid.UUID per lookup. Typed as the event
-# schemas declare their ids.
-Id = str | UUID
+from .sql import Mirrored, column_defaults, model_field
 
 # Which model each id field of each event names.
 _REFERENCES: dict[str, Mirrored] = {
@@ -51,125 +47,14 @@ _REFERENCES_OF: dict[type, tuple[tuple[str, Mirrored], ...]] = {
     for fast, schema in s.SCHEMA_OF.items()
 }
 
-# Columns read for each row a batch names: what the fold needs to decide, and
-# nothing it will overwrite blindly.
-_ALWAYS = ("id", "placeholder", "source_updated_at")
-_LOADED: dict[Mirrored, tuple[str, ...]] = {
-    Environment: (
-        *_ALWAYS,
-        "name",
-        "retirement_mode",
-        "warm_retention",
-        "max_retirements_per_pass",
-        "workspace_root",
-        "notice_period",
-    ),
-    EnvironmentLease: (*_ALWAYS, "provider", "provider_lease_id"),
-    LeaseIntent: (*_ALWAYS, "request_id"),
-    RecoveryAction: (*_ALWAYS, "lease_id", "evidence"),
-}
-
 # A workspace's manifest as stored: path -> {sha256, size}, in one call.
 _MANIFEST: TypeAdapter[dict[str, s.ManifestEntry]] = TypeAdapter(dict[str, s.ManifestEntry])
 
 _ENV_DEFAULTS = ("driver", "retirement_mode", "max_retirements_per_pass", "workspace_root")
 
 
-class _Row:
-    """One row as the batch sees it: the columns read, then what events set.
-    Attribute access reads and writes `values` (by attname)."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, values: dict[str, Any]):
-        object.__setattr__(self, "values", values)
-
-    @property
-    def pk(self) -> Id:
-        return cast(Id, self.values["id"])
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self.values[name] = value
-
-
-class _UnitOfWork:
-    """The rows a batch names, keyed by id as a canonical string (`plain_ids`)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[Mirrored, dict[Id, _Row]] = defaultdict(dict)
-        # What each row held when read, for the rules that look at the before.
-        self.baseline: dict[tuple[Mirrored, Id], dict[str, Any]] = {}
-        # Rows the database did not have when read.
-        self.new: dict[Mirrored, set[Id]] = defaultdict(set)
-        # Rows an upsert applied to, and the columns the batch set on each.
-        self.sent: dict[Mirrored, dict[Id, set[str]]] = defaultdict(dict)
-        # Rows this batch inserted (not another batch meanwhile), once written.
-        self.inserted: dict[Mirrored, set[Id]] = defaultdict(set)
-        self.receipts: list[dict[str, Any]] = []
-        self.errors: list[EventError] = []
-        self.warnings: list[EventError] = []
-        # Leases moved to another sandbox by a newer report: (event index, lease
-        # id, (provider, sandbox) before, after, source time before, after).
-        self.moves: list[tuple] = []
-        # Environments whose policy the console already owns: known before the
-        # batch, or created by an earlier event of it.
-        self.policy_owned: set[Id] = set()
-
-    def load(self, wanted: dict[Mirrored, set[Id]]) -> None:
-        """Read (and lock, in id order) every row the batch names: one query."""
-        reads = [(model, _LOADED.get(model, _ALWAYS), ids) for model, ids in wanted.items() if ids]
-        if not reads:
-            return
-        for (model, _, _), rows in zip(reads, _read_rows(reads), strict=True):
-            for values in rows:
-                pk = values["id"]
-                self.rows[model][pk] = _Row(values)
-                self.baseline[(model, pk)] = dict(values)
-
-    def get(self, model: Mirrored, pk: Id) -> _Row:
-        """The row with this id; a placeholder if the batch or database has none."""
-        row = self.rows[model].get(pk)
-        if row is None:
-            values: dict[str, Any] = {"id": pk, "placeholder": True, "source_updated_at": None}
-            for key, value in model.placeholder_defaults.items():
-                values[key] = value(pk) if callable(value) else value
-            row = self.rows[model][pk] = _Row(values)
-            self.new[model].add(pk)
-        return row
-
-    def upsert(self, model: Mirrored, pk: Id, event: Event) -> _Row | None:
-        """The row an upsert event changes, or None when the row already holds a
-        newer state from the source (events may arrive out of order)."""
-        row = self.get(model, pk)
-        values = row.values
-        held = values["source_updated_at"]
-        if held is not None and held > event.occurred_at:
-            return None
-        values["placeholder"] = False
-        values["source_updated_at"] = event.occurred_at
-        self.sent[model].setdefault(pk, set())
-        if "company_id" in event.data.model_fields_set:  # absent: the row keeps its own
-            self.set(model, row, company_id=event.data.company_id)  # type: ignore[attr-defined]
-        return row
-
-    def set(self, model: Mirrored, row: _Row, **columns: Any) -> None:
-        row.values.update(columns)
-        self.sent[model][row.values["id"]].update(columns)
-
-    def was_placeholder(self, model: Mirrored, pk: Id) -> bool:
-        """Missing or a placeholder before this batch."""
-        before = self.baseline.get((model, pk))
-        return before is None or bool(before["placeholder"])
-
-
 def _assign(
-    uow: _UnitOfWork, model: Mirrored, row: _Row, data: s.Data, mapping: dict[str, str]
+    uow: UnitOfWork, model: Mirrored, row: Row, data: s.Data, mapping: dict[str, str]
 ) -> None:
     """Copy the fields the event carries (absent optional fields keep their value)."""
     sent = data.model_fields_set
@@ -178,7 +63,7 @@ def _assign(
         uow.set(model, row, **columns)
 
 
-def _reference(uow: _UnitOfWork, model: Mirrored, pk: Id | None) -> Id | None:
+def _reference(uow: UnitOfWork, model: Mirrored, pk: Id | None) -> Id | None:
     """An id a row points to; the row it names becomes a placeholder if unknown."""
     if pk is None:
         return None
@@ -186,7 +71,7 @@ def _reference(uow: _UnitOfWork, model: Mirrored, pk: Id | None) -> Id | None:
     return pk
 
 
-def _apply_environment(uow: _UnitOfWork, event: Event, d: s.EnvironmentUpserted) -> None:
+def _apply_environment(uow: UnitOfWork, event: Event, d: s.EnvironmentUpserted) -> None:
     env = uow.upsert(Environment, d.environment_id, event)
     if env is None:
         return
@@ -212,10 +97,10 @@ def _apply_environment(uow: _UnitOfWork, event: Event, d: s.EnvironmentUpserted)
         uow.policy_owned.add(pk)
     for field in _ENV_DEFAULTS:
         if field in env.values and env.values[field] is None:
-            uow.set(Environment, env, **{field: _field(Environment, field).get_default()})
+            uow.set(Environment, env, **{field: model_field(Environment, field).get_default()})
 
 
-def _apply_lease(uow: _UnitOfWork, event: Event, d: s.LeaseUpserted) -> None:
+def _apply_lease(uow: UnitOfWork, event: Event, d: s.LeaseUpserted) -> None:
     if not uow.was_placeholder(EnvironmentLease, d.lease_id):
         # A row the console holds: moving it to another sandbox takes a newer report.
         error, move = sandbox_move(uow.rows[EnvironmentLease][d.lease_id].values, event, d)
@@ -253,7 +138,7 @@ def _apply_lease(uow: _UnitOfWork, event: Event, d: s.LeaseUpserted) -> None:
     uow.set(EnvironmentLease, lease, **columns)
 
 
-def _apply_release(uow: _UnitOfWork, event: Event, d: s.LeaseReleased) -> None:
+def _apply_release(uow: UnitOfWork, event: Event, d: s.LeaseReleased) -> None:
     # A release is an upsert of the lease's status: a late one that is older
     # than what the source said since is ignored.
     lease = uow.upsert(EnvironmentLease, d.lease_id, event)
@@ -271,7 +156,7 @@ def _apply_release(uow: _UnitOfWork, event: Event, d: s.LeaseReleased) -> None:
     )
 
 
-def _apply_receipt(uow: _UnitOfWork, event: Event, d: s.ReceiptRecorded) -> None:
+def _apply_receipt(uow: UnitOfWork, event: Event, d: s.ReceiptRecorded) -> None:
     lease = uow.get(EnvironmentLease, d.lease_id)
     if not lease.values["placeholder"] and lease.values["provider_lease_id"] != d.provider_lease_id:
         # A receipt is proof for exactly this lease's sandbox (docs/rules.md, proof).
@@ -304,7 +189,7 @@ def _apply_receipt(uow: _UnitOfWork, event: Event, d: s.ReceiptRecorded) -> None
     )
 
 
-def _apply_recovery_action(uow: _UnitOfWork, event: Event, d: s.RecoveryActionUpserted) -> None:
+def _apply_recovery_action(uow: UnitOfWork, event: Event, d: s.RecoveryActionUpserted) -> None:
     action = uow.upsert(RecoveryAction, d.action_id, event)
     if action is None:
         return
@@ -327,7 +212,7 @@ def _apply_recovery_action(uow: _UnitOfWork, event: Event, d: s.RecoveryActionUp
         uow.set(RecoveryAction, action, evidence={**evidence, "leaseId": str(lease_id)})
 
 
-def _apply_issue(uow: _UnitOfWork, event: Event, d: s.IssueUpserted) -> None:
+def _apply_issue(uow: UnitOfWork, event: Event, d: s.IssueUpserted) -> None:
     issue = uow.upsert(Issue, d.issue_id, event)
     if issue is None:
         return
@@ -342,7 +227,7 @@ def _apply_issue(uow: _UnitOfWork, event: Event, d: s.IssueUpserted) -> None:
     uow.set(Issue, issue, **columns)
 
 
-def _apply_workspace(uow: _UnitOfWork, event: Event, d: s.WorkspaceUpserted) -> None:
+def _apply_workspace(uow: UnitOfWork, event: Event, d: s.WorkspaceUpserted) -> None:
     ws = uow.upsert(ExecutionWorkspace, d.workspace_id, event)
     if ws is None:
         return
@@ -361,7 +246,7 @@ def _apply_workspace(uow: _UnitOfWork, event: Event, d: s.WorkspaceUpserted) -> 
     uow.set(ExecutionWorkspace, ws, **columns)
 
 
-def _apply_run(uow: _UnitOfWork, event: Event, d: s.RunUpserted) -> None:
+def _apply_run(uow: UnitOfWork, event: Event, d: s.RunUpserted) -> None:
     run = uow.upsert(HeartbeatRun, d.run_id, event)
     if run is None:
         return
@@ -371,7 +256,7 @@ def _apply_run(uow: _UnitOfWork, event: Event, d: s.RunUpserted) -> None:
     uow.set(HeartbeatRun, run, **columns)
 
 
-def _apply_intent(uow: _UnitOfWork, event: Event, d: s.IntentUpserted) -> None:
+def _apply_intent(uow: UnitOfWork, event: Event, d: s.IntentUpserted) -> None:
     intent = uow.upsert(LeaseIntent, d.intent_id, event)
     if intent is None:
         return
@@ -385,7 +270,7 @@ def _apply_intent(uow: _UnitOfWork, event: Event, d: s.IntentUpserted) -> None:
     uow.set(LeaseIntent, intent, **columns)
 
 
-def _apply_export(uow: _UnitOfWork, event: Event, d: s.ExportUpserted) -> None:
+def _apply_export(uow: UnitOfWork, event: Event, d: s.ExportUpserted) -> None:
     export = uow.upsert(PendingExport, d.export_id, event)
     if export is None:
         return
@@ -397,7 +282,7 @@ def _apply_export(uow: _UnitOfWork, event: Event, d: s.ExportUpserted) -> None:
     )
 
 
-_HANDLERS: dict[type, Callable[[_UnitOfWork, Event, Any], None]] = {
+_HANDLERS: dict[type, Callable[[UnitOfWork, Event, Any], None]] = {
     s.EnvironmentUpserted: _apply_environment,
     s.IssueUpserted: _apply_issue,
     s.WorkspaceUpserted: _apply_workspace,
@@ -414,7 +299,7 @@ assert set(_HANDLERS) == set(s.EVENT_TYPES.values()), "one handler per event typ
 _HANDLER_OF = {fast: _HANDLERS[schema] for fast, schema in s.SCHEMA_OF.items()}
 
 
-def _apply(uow: _UnitOfWork, event: Event) -> None:
+def _apply(uow: UnitOfWork, event: Event) -> None:
     """Fold one event into the rows: one handler per event type."""
     _HANDLER_OF[type(event.data)](uow, event, event.data)
 
@@ -430,7 +315,7 @@ def _referenced_ids(events: list[Event]) -> dict[Mirrored, set[Id]]:
     return wanted
 
 
-def _check_references(uow: _UnitOfWork, events: list[Event]) -> list[EventError]:
+def _check_references(uow: UnitOfWork, events: list[Event]) -> list[EventError]:
     """A release must name a lease the console knows (in the database or earlier
     in the batch): applying a release rule to a placeholder would be a guess."""
     errors = []
@@ -455,9 +340,9 @@ POLICY_FIELDS = (
 )
 
 
-def _policy_of(row: _Row) -> dict[str, Any]:
+def _policy_of(row: Row) -> dict[str, Any]:
     """`Environment.policy()` of a row the batch holds as plain values."""
-    values = {**_defaults(Environment), **row.values}
+    values = {**column_defaults(Environment), **row.values}
     return {
         "retirement_mode": values["retirement_mode"],
         "warm_retention_hours": values["warm_retention"].total_seconds() / 3600,
@@ -466,7 +351,7 @@ def _policy_of(row: _Row) -> dict[str, Any]:
     }
 
 
-def _refuse_policy(uow: _UnitOfWork, event: Event, d: s.EnvironmentUpserted, env: _Row) -> None:
+def _refuse_policy(uow: UnitOfWork, event: Event, d: s.EnvironmentUpserted, env: Row) -> None:
     """Policy is the console's (docs/architecture.md, how a lease travels): an
     existing environment keeps its mode, retention, cap and root whatever a
     runtime sends; each field that would have changed it is named in the

@@ -4,7 +4,9 @@ one inserts every table's new rows and the receipts, and one UPDATE per table
 changes rows that existed.
 
 On PostgreSQL the rows travel as one JSON document per table
-(`json_to_recordset`); elsewhere (the embedded SQLite) through the ORM.
+(`json_to_recordset`); elsewhere (the embedded SQLite) through the ORM. Rows
+come and go as plain values (dicts by attname): the batch that holds them is
+`batch.py`'s unit of work, which calls these.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 from uuid import UUID
 
 from django.db import connection, models
@@ -27,9 +29,6 @@ from sandboxes.models.mirror import MirroredModel
 from sandboxes.rules.release import release_status, release_status_sql
 
 from .schemas import Event
-
-if TYPE_CHECKING:
-    from .fold import Id, _Row, _UnitOfWork
 
 _orjson: Any
 try:
@@ -64,7 +63,7 @@ def _is_timestamp(field: models.Field) -> bool:
 _DEFAULTS: dict[type[models.Model], dict[str, Any]] = {}
 
 
-def _defaults(model: type[models.Model]) -> dict[str, Any]:
+def column_defaults(model: type[models.Model]) -> dict[str, Any]:
     """Every column's default, by attname (what a new row holds unless set)."""
     if model not in _DEFAULTS:
         _DEFAULTS[model] = {
@@ -99,12 +98,13 @@ def _record_type(columns: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{_qn(name)} {db_type}" for name, db_type in columns)
 
 
-# Columns every read has, in this order, first (`fold._ALWAYS`).
+# Columns every read has, in this order, first (`batch._ALWAYS`).
 _SHARED = ("id", "placeholder", "source_updated_at")
-Read = tuple[Mirrored, tuple[str, ...], set["Id"]]
+# A row's id: the canonical string (batch.Id), as the schemas type it.
+Read = tuple[Mirrored, tuple[str, ...], set[str | UUID]]
 
 
-def _read_rows(reads: list[Read]) -> list[list[dict[str, Any]]]:
+def read_rows(reads: list[Read]) -> list[list[dict[str, Any]]]:
     """The rows with these ids (canonical strings), per read (model, columns,
     ids), each row's id back as the same string; locked, table by table in
     name order and in id order within each, so that batches lock in one order.
@@ -142,16 +142,16 @@ def _read_sql(
         assert columns[: len(_SHARED)] == _SHARED, columns
         # The id as text: ids as the fold keys them.
         picked = [f"t.{_qn('id')}::text AS id"]
-        picked += [f"t.{_qn(_field(model, c).column)}" for c in columns[1:]]
+        picked += [f"t.{_qn(model_field(model, c).column)}" for c in columns[1:]]
         ctes.append(
             f"r{i} AS (SELECT {', '.join(picked)} FROM {_qn(model._meta.db_table)} AS t "
             f"WHERE t.{_qn('id')} = ANY(%s::uuid[]) ORDER BY t.{_qn('id')} FOR UPDATE)"
         )
-        values = [f"r{i}.{_qn(_field(model, c).column)}" for c in _SHARED[1:]]
+        values = [f"r{i}.{_qn(model_field(model, c).column)}" for c in _SHARED[1:]]
         values += [
-            f"r{i}.{_qn(_field(model, c).column)}"
+            f"r{i}.{_qn(model_field(model, c).column)}"
             if j == i
-            else f"NULL::{_field(reads[j][0], c).db_type(connection)}"
+            else f"NULL::{model_field(reads[j][0], c).db_type(connection)}"
             for j, c in own
         ]
         selects.append(f"SELECT {i}, r{i}.id, {', '.join(values)} FROM r{i}")
@@ -163,14 +163,16 @@ def _read_sql(
     return sql, where
 
 
-def _read_rows_orm(model: Mirrored, columns: tuple[str, ...], ids: set[Id]) -> list[dict[str, Any]]:
+def _read_rows_orm(
+    model: Mirrored, columns: tuple[str, ...], ids: set[str | UUID]
+) -> list[dict[str, Any]]:
     rows = list(model._default_manager.filter(pk__in=ids).values(*columns))
     for row in rows:
         row["id"] = str(row["id"])
     return rows
 
 
-def _record_event_ids(source: str, events: list[Event]) -> set[str]:
+def record_event_ids(source: str, events: list[Event]) -> set[str]:
     """Record the batch's event ids for `source`; returns those not seen before
     (one INSERT … ON CONFLICT DO NOTHING RETURNING: a concurrent batch carrying
     the same id waits for the other to commit, then finds it a duplicate).
@@ -214,42 +216,26 @@ def _record_ids_sql() -> str:
     )
 
 
-def _full_row(model: Mirrored, row: _Row) -> dict[str, Any]:
-    return {**_defaults(model), **row.values}
-
-
-def _write_rows(uow: _UnitOfWork, receipts: list[dict[str, Any]]) -> None:
-    """Every table's new rows and the batch's receipts, then each table's rows
-    that existed.
-
-    New rows are inserted ON CONFLICT DO NOTHING (a row only named stays a
-    placeholder, and never overwrites a row a concurrent batch inserted
-    meanwhile), on PostgreSQL all in one statement (`_insert_all`); rows that
-    existed, and new rows another batch inserted first, get one UPDATE per
-    table of the columns the batch set, where the batch is not older."""
-    models = sorted(uow.rows, key=lambda model: model._meta.db_table)
-    # In id order, like the read: two batches inserting the same new ids wait
-    # for each other in one order, never in a cycle.
-    new = {model: sorted(pk for pk in uow.rows[model] if pk in uow.new[model]) for model in models}
+def insert_new(
+    inserts: list[tuple[Mirrored, list[dict[str, Any]]]], receipts: list[dict[str, Any]]
+) -> dict[Mirrored, set[Any]]:
+    """Each table's new rows (values by attname, ON CONFLICT DO NOTHING) and
+    the batch's receipts; the ids each table's INSERT inserted. On PostgreSQL
+    in one statement (`_insert_all`), whose INSERTs fill in the defaults
+    themselves (`_insert_plan`)."""
     if _postgres():
-        # PostgreSQL's INSERT fills in the defaults itself (`_insert_plan`).
-        inserts = [(m, [uow.rows[m][pk].values for pk in new[m]]) for m in models if new[m]]
-        uow.inserted.update(_insert_all(inserts, receipts))
-    else:
-        for model in models:
-            full = [_full_row(model, uow.rows[model][pk]) for pk in new[model]]
-            uow.inserted[model] = _insert(model, full, ignore_conflicts=True, returning=("id",))
-        _insert(Receipt, receipts, ignore_conflicts=True)
-    for model in models:
-        rows, sent = uow.rows[model], uow.sent[model]
-        changed = [pk for pk in sent if pk not in uow.inserted[model]]
-        if changed:
-            _update(model, [(rows[pk], sent[pk]) for pk in changed])
+        return _insert_all([(model, rows) for model, rows in inserts if rows], receipts)
+    inserted = {}
+    for model, rows in inserts:
+        full = [{**column_defaults(model), **row} for row in rows]
+        inserted[model] = _insert(model, full, ignore_conflicts=True, returning=("id",))
+    _insert(Receipt, receipts, ignore_conflicts=True)
+    return inserted
 
 
 def _insert_all(
     inserts: list[tuple[Mirrored, list[dict[str, Any]]]], receipts: list[dict[str, Any]]
-) -> dict[Mirrored, set[Id]]:
+) -> dict[Mirrored, set[Any]]:
     """Each table's new rows (ON CONFLICT DO NOTHING) and the receipts in one
     statement, a WITH query each; the ids each table's INSERT inserted."""
     if not inserts:
@@ -265,7 +251,7 @@ def _insert_all(
         ctes.append(f"receipts AS ({plan.sql})")
         params.append(plan.document(receipts))
     union = " UNION ALL ".join(f"SELECT k, id FROM i{k}" for k in range(len(inserts)))
-    inserted: dict[Mirrored, set[Id]] = {model: set() for model, _ in inserts}
+    inserted: dict[Mirrored, set[Any]] = {model: set() for model, _ in inserts}
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} {union}", params)
         for k, pk in cursor.fetchall():
@@ -273,7 +259,7 @@ def _insert_all(
     return inserted
 
 
-def _field(model: type[models.Model], name: str) -> models.Field:
+def model_field(model: type[models.Model], name: str) -> models.Field:
     field = model._meta.get_field(name)
     if not isinstance(field, models.Field):  # pragma: no cover - attnames only
         raise TypeError(f"{model.__name__}.{name} is not a column")
@@ -324,7 +310,7 @@ def _insert_plan(
         sql += " ON CONFLICT DO NOTHING"
     if returning:  # as text: ids as the fold keys them
         sql += " RETURNING " + ", ".join(f"{_qn(c)}::text" for c in returning)
-    defaults = _defaults(model)
+    defaults = column_defaults(model)
     return _InsertPlan(
         sql=sql,
         base={f.column: defaults[f.attname] for f in staged},
@@ -359,8 +345,9 @@ def _insert(
         return {r[0] for r in cursor.fetchall()}
 
 
-def _update(model: Mirrored, rows: list[tuple[_Row, set[str]]]) -> None:
-    """One UPDATE: each row gets the columns its events set, and only when the
+def update(model: Mirrored, rows: list[tuple[dict[str, Any], set[str]]]) -> None:
+    """One UPDATE: each row (its values by attname) gets the columns its events
+    set (the second of each pair), and only when the
     batch's source time is not older than the row's (docs/rules.md, "Which rows
     are judged": the newer source time wins)."""
     if not _postgres():
@@ -371,7 +358,7 @@ def _update(model: Mirrored, rows: list[tuple[_Row, set[str]]]) -> None:
         sent.add("disposition")  # the release rule reads it (`_COLUMN_SQL`)
     names = sorted(sent)
     bit = {name: 1 << i for i, name in enumerate(names)}
-    fields = {name: _field(model, name) for name in names}
+    fields = {name: model_field(model, name) for name in names}
     computed = _COLUMN_SQL.get(model, {})
     record = _record_type(
         [
@@ -393,12 +380,12 @@ def _update(model: Mirrored, rows: list[tuple[_Row, set[str]]]) -> None:
     ]
     document = _document(
         {
-            "id": row.values["id"],
+            "id": values["id"],
             "_sent": sum(bit[c] for c in cols),
-            "source_updated_at": row.values["source_updated_at"],
-            **{fields[c].column: row.values[c] for c in cols},
+            "source_updated_at": values["source_updated_at"],
+            **{fields[c].column: values[c] for c in cols},
         }
-        for row, cols in rows
+        for values, cols in rows
     )
     sql = (
         f"UPDATE {_qn(model._meta.db_table)} AS t SET {', '.join(assignments)} "
@@ -410,23 +397,23 @@ def _update(model: Mirrored, rows: list[tuple[_Row, set[str]]]) -> None:
         cursor.execute(sql, [document])
 
 
-def _update_orm(model: Mirrored, rows: list[tuple[_Row, set[str]]]) -> None:
+def _update_orm(model: Mirrored, rows: list[tuple[dict[str, Any], set[str]]]) -> None:
     """The same through the ORM (the embedded SQLite: one writer at a time, and
     the rows were read in this transaction), grouped by the columns set."""
     now = timezone.now()
-    groups: dict[frozenset[str], list[_Row]] = defaultdict(list)
+    groups: dict[frozenset[str], list[dict[str, Any]]] = defaultdict(list)
     for row, cols in rows:
         groups[frozenset(cols)].append(row)
     for columns, group in groups.items():
         objs = []
         for row in group:
-            values: dict[str, Any] = {c: row.values[c] for c in columns}
+            values: dict[str, Any] = {c: row[c] for c in columns}
             if model is EnvironmentLease and values.get("status", "") is None:
-                values["status"] = release_status(row.values["disposition"])
+                values["status"] = release_status(row["disposition"])
             values.update(
-                id=row.values["id"],
+                id=row["id"],
                 placeholder=False,
-                source_updated_at=row.values["source_updated_at"],
+                source_updated_at=row["source_updated_at"],
                 updated_at=now,
             )
             objs.append(model(**values))

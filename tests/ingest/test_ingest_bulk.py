@@ -8,8 +8,8 @@ from django.test.utils import CaptureQueriesContext
 
 from devtools.events import event, graph, uid
 from sandboxes import models as m
-from sandboxes.ingest import apply as ingest_apply
 from sandboxes.ingest import apply_events, validate_batch
+from sandboxes.ingest.batch import UnitOfWork
 
 pytestmark = pytest.mark.django_db
 
@@ -169,12 +169,12 @@ def test_a_row_another_batch_inserted_after_the_read_is_updated_not_overwritten(
     ids, events = graph()
     ingest(events)
     m.Issue.objects.filter(pk=ids["issue"]).update(title="set elsewhere")
-    real_load = ingest_apply._UnitOfWork.load
+    real_load = UnitOfWork.load
 
     def blind_load(self, wanted):
         real_load(self, {k: v for k, v in wanted.items() if k is not m.Issue})
 
-    monkeypatch.setattr(ingest_apply._UnitOfWork, "load", blind_load)
+    monkeypatch.setattr(UnitOfWork, "load", blind_load)
     newer = event("issue.upserted", {"issue_id": ids["issue"], "status": "done"}, at=T1)
     older = event(
         "run.upserted", {"run_id": ids["run"], "issue_id": ids["issue"], "status": "failed"}

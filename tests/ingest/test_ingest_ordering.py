@@ -7,7 +7,7 @@ import pytest
 
 from devtools.events import event, graph
 from sandboxes import models as m
-from sandboxes.ingest import apply as ingest_apply
+from sandboxes.ingest.batch import UnitOfWork
 
 pytestmark = pytest.mark.django_db
 
@@ -109,12 +109,12 @@ def test_naming_a_row_never_overwrites_it(post_events, monkeypatch):
     inserted it but not yet committed)."""
     ids, events = graph()
     post_events(events)
-    real_load = ingest_apply._UnitOfWork.load
+    real_load = UnitOfWork.load
 
     def load_without_leases(self, wanted):
         real_load(self, {k: v for k, v in wanted.items() if k is not m.EnvironmentLease})
 
-    monkeypatch.setattr(ingest_apply._UnitOfWork, "load", load_without_leases)
+    monkeypatch.setattr(UnitOfWork, "load", load_without_leases)
     receipt = event(
         "receipt.recorded",
         {
@@ -139,7 +139,7 @@ def test_an_upsert_writes_only_the_columns_it_changes(post_events, monkeypatch):
     ids, events = graph()
     post_events(events)
     m.Issue.objects.filter(pk=ids["issue"]).update(title="renamed elsewhere")
-    real_load = ingest_apply._UnitOfWork.load
+    real_load = UnitOfWork.load
 
     def stale_load(self, wanted):  # the batch read the issue before the rename
         real_load(self, wanted)
@@ -147,7 +147,7 @@ def test_an_upsert_writes_only_the_columns_it_changes(post_events, monkeypatch):
         issue.title = "A task"
         self.baseline[(m.Issue, issue.pk)]["title"] = "A task"
 
-    monkeypatch.setattr(ingest_apply._UnitOfWork, "load", stale_load)
+    monkeypatch.setattr(UnitOfWork, "load", stale_load)
     post_events(
         [
             event(

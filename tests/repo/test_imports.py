@@ -232,14 +232,8 @@ def test_the_product_graph_is_read(product):
     assert sum(len(targets) for targets in product.values()) > 300
 
 
-# The circles still to break (issue 24, no circles); each move takes its own out.
-KNOWN_CIRCLES = [
-    ["sandboxes.ingest.fold", "sandboxes.ingest.sql"],
-]
-
-
 def test_no_module_imports_itself_back(product):
-    assert sorted(circles(product)) == KNOWN_CIRCLES
+    assert circles(product) == []
 
 
 def test_every_module_has_a_layer(product):
