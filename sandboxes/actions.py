@@ -29,9 +29,16 @@ from sandboxes.rules.proof import has_approval, proof_key
 
 MAX_BULK_APPROVE = 50
 
-# What an operator-scope API token may do: the operators' buttons, nothing more.
+# What an API token may do: an operator-scope token the operators' buttons,
+# nothing more; both it and a reviewer-scope token read, salvage included.
 _TOKEN_PERMISSIONS: dict[str, set[str]] = {
-    TokenScope.OPERATOR: {"approve_retirement", "retry_retirement", "hold_retirement"},
+    TokenScope.OPERATOR: {
+        "approve_retirement",
+        "retry_retirement",
+        "hold_retirement",
+        "download_salvage",
+    },
+    TokenScope.REVIEWER: {"download_salvage"},
 }
 
 

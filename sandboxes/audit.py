@@ -19,6 +19,9 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
     },
     "Anyone with a console role": {
         "retirement.ask_provider": "asked the provider for a sandbox's state",
+        "salvage.download": "downloaded a sandbox's salvage",
+        "salvage.download_refused": "was refused a salvage that does not verify",
+        "salvage.restore": "restored a salvage into a folder (manage.py restore_salvage)",
     },
     "Notification channels (admins)": {
         "channel.create": "added a notification channel",

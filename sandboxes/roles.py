@@ -5,7 +5,7 @@ from django.db import router
 
 REVIEWERS, OPERATORS, ADMINS = "reviewers", "operators", "admins"
 
-_REVIEWER = ["sandboxes.view_console", "sandboxes.export_audit"]
+_REVIEWER = ["sandboxes.view_console", "sandboxes.export_audit", "sandboxes.download_salvage"]
 _OPERATOR = _REVIEWER + [
     "sandboxes.approve_retirement",
     "sandboxes.retry_retirement",
@@ -23,7 +23,7 @@ ASSIGN_ROLES = "auth.change_user"
 # The role names people type (manage.py grant_role USER reviewer) → group.
 ROLES = {"reviewer": REVIEWERS, "operator": OPERATORS, "admin": ADMINS}
 ROLE_WORDS = {
-    "reviewer": "reads everything and exports the audit trail",
+    "reviewer": "reads everything, exports the audit trail and downloads salvage",
     "operator": "also approves, retries and holds",
     "admin": "also attests, edits policy, manages tokens and users",
 }

@@ -1,7 +1,15 @@
 from django.urls import path
 
 import sandboxes.converters  # registers <sandbox_id:…> (i11's converter)
-from sandboxes.views import admin_pages, approvals, audit, dashboard, notifications, sandboxes
+from sandboxes.views import (
+    admin_pages,
+    approvals,
+    audit,
+    dashboard,
+    notifications,
+    salvage,
+    sandboxes,
+)
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
@@ -17,6 +25,7 @@ urlpatterns = [
     path("sandboxes/<uuid:pk>/hold/", sandboxes.hold, name="sandbox-hold"),
     path("sandboxes/<uuid:pk>/release-hold/", sandboxes.release_hold, name="sandbox-release-hold"),
     path("sandboxes/<uuid:pk>/attest/", sandboxes.attest, name="sandbox-attest"),
+    path("sandboxes/<uuid:pk>/salvage.zip", salvage.salvage_zip, name="sandbox-salvage"),
     # Last among sandboxes/…: any provider sandbox id, slashes included (i11's converter).
     path("sandboxes/<sandbox_id:sandbox_id>/", sandboxes.sandbox_by_id, name="sandbox-by-id"),
     path("tasks/<uuid:pk>/", sandboxes.task_detail, name="task"),

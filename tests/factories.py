@@ -309,3 +309,39 @@ class NotificationDeliveryFactory(DjangoModelFactory):
     channel = factory.SubFactory(
         NotificationChannelFactory, environment=factory.SelfAttribute("..event.environment")
     )
+
+
+def salvage_export(
+    retirement, files: dict[str, bytes], *, deleted=(), confirmed_at=None, **payload
+):
+    """A verified salvage_export receipt of `retirement` holding `files`, stored
+    content-addressed as an export stores them (sandboxes/content_store.py)."""
+    import io
+
+    from django.core.files.storage import default_storage
+
+    from sandboxes import content_store
+
+    entries = []
+    for path, body in files.items():
+        digest = hashlib.sha256(body).hexdigest()
+        name = m.Attachment.storage_name(digest)
+        content_store.put_verified(default_storage, name, io.BytesIO(body), digest, len(body))
+        entries.append({"path": path, "size": len(body), "sha256": digest, "storage": name})
+    return ReceiptFactory(
+        kind=m.ReceiptKind.SALVAGE_EXPORT,
+        state=None,
+        lease=retirement.lease,
+        run=retirement.lease.heartbeat_run,
+        retirement=retirement,
+        provider_lease_id=retirement.provider_lease_id,
+        actor="system",
+        confirmed_at=confirmed_at or timezone.now(),
+        payload={
+            "verified": True,
+            "files": entries,
+            "deleted": list(deleted),
+            "bytes": sum(e["size"] for e in entries),
+            **payload,
+        },
+    )

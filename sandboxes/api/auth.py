@@ -18,11 +18,12 @@ def bearer_token(request) -> str | None:
     return value.strip()
 
 
-def token_required(scope: str):
-    """Authenticate `Authorization: Bearer <token>` and require `scope`.
+def token_required(*scopes: str):
+    """Authenticate `Authorization: Bearer <token>` and require one of `scopes`.
 
     401 for a missing or unknown token, 403 for a token of another scope.
     """
+    wanted = " or ".join(repr(s) for s in scopes)
 
     def decorator(view):
         @wraps(view)
@@ -33,9 +34,9 @@ def token_required(scope: str):
                 response = JsonResponse({"error": "missing or invalid bearer token"}, status=401)
                 response["WWW-Authenticate"] = 'Bearer realm="paperclip-console"'
                 return response
-            if token.scope != scope:
+            if token.scope not in scopes:
                 return JsonResponse(
-                    {"error": f"this token's scope is {token.scope!r}; {scope!r} is required"},
+                    {"error": f"this token's scope is {token.scope!r}; {wanted} is required"},
                     status=403,
                 )
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())

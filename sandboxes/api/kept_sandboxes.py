@@ -1,6 +1,7 @@
-"""GET/POST /api/v1/kept-sandboxes — the read-and-act API (README, the API) for
-operator-scope tokens. Actions go through `sandboxes.actions`, the same code
-path and audit rows as the console's buttons."""
+"""GET/POST /api/v1/kept-sandboxes — the read-and-act API (README, the API):
+operator-scope tokens read and act, reviewer-scope tokens read. Actions go
+through `sandboxes.actions`, the same code path and audit rows as the
+console's buttons; a salvage download is the console's own (sandboxes/views/salvage.py)."""
 
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
@@ -14,6 +15,7 @@ from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import HoldCode, RetirementKind, Stage, TokenScope
 from sandboxes.paging import keyset_page
 from sandboxes.rules.holds import explanation
+from sandboxes.views.salvage import answer
 
 from .auth import token_required
 
@@ -58,8 +60,11 @@ def _bad(message: str, status: int = 400) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
+READERS = (TokenScope.OPERATOR, TokenScope.REVIEWER)
+
+
 @require_GET
-@token_required(TokenScope.OPERATOR)
+@token_required(*READERS)
 def kept_sandboxes(request):
     params = request.GET
     stage = params.get("stage", "")
@@ -91,12 +96,30 @@ def kept_sandboxes(request):
 
 
 @require_GET
-@token_required(TokenScope.OPERATOR)
+@token_required(*READERS)
 def kept_sandbox(request, sandbox_id):
     r = Retirement.current_for_sandbox(sandbox_id)
     if r is None:
         return _bad("the console keeps no record of this sandbox", 404)
     return JsonResponse(detail(r))
+
+
+@require_GET
+@token_required(*READERS)
+def salvage_zip(request, sandbox_id):
+    """Everything salvaged from the sandbox, one streamed zip with MANIFEST.json."""
+    if not actions.can(request.api_token, "download_salvage"):
+        return _bad("download salvage is not allowed for this token", 403)
+    r = Retirement.current_for_sandbox(
+        sandbox_id, "environment", "lease__issue", "lease__heartbeat_run"
+    )
+    if r is None:
+        return _bad("the console keeps no record of this sandbox", 404)
+    response, refusal = answer(r, actor=request.api_token, via="api")
+    if response is not None:
+        return response
+    status, message, found = refusal
+    return JsonResponse({"error": message, "problems": found}, status=status)
 
 
 ACTIONS = {

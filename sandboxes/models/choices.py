@@ -223,6 +223,8 @@ class HoldCode(models.TextChoices):
 class TokenScope(models.TextChoices):
     INGEST = "ingest"
     OPERATOR = "operator"
+    # Reads the API (the list, a sandbox, its salvage) and acts on nothing.
+    REVIEWER = "reviewer"
 
 
 def enum_check(field: str, choices: type[models.TextChoices], *, model: str, nullable=False):

@@ -212,6 +212,7 @@ class Retirement(models.Model):
             ("export_audit", "Can export the audit trail"),
             ("manage_tokens", "Can create and revoke API tokens"),
             ("view_console", "Can read the console"),
+            ("download_salvage", "Can download what was salvaged from a sandbox"),
         ]
 
     def __str__(self):
@@ -254,6 +255,15 @@ class ReceiptQuerySet(models.QuerySet):
     def of_sandbox(self, provider: str, sandbox_id: str):
         """Every receipt naming the sandbox, whichever lease or record it came with."""
         return self.filter(provider_lease_id=sandbox_id, lease__provider=provider)
+
+    def salvage_of(self, provider: str, sandbox_id: str):
+        """What was salvaged from the sandbox: its verified `salvage_export`
+        receipts, whichever record wrote them, oldest first. An unverified or
+        stale export proves nothing and holds nothing to restore
+        (Receipt.is_salvage asks the same of a receipt already read)."""
+        return self.of_sandbox(provider, sandbox_id).filter(
+            kind=ReceiptKind.SALVAGE_EXPORT, payload__verified=True
+        )
 
 
 class Receipt(AppendOnlyModel):
@@ -298,6 +308,13 @@ class Receipt(AppendOnlyModel):
 
     def __str__(self):
         return f"{self.kind} receipt for {self.provider_lease_id}"
+
+    @property
+    def is_salvage(self) -> bool:
+        """ReceiptQuerySet.salvage_of's question, of this receipt."""
+        return (
+            self.kind == ReceiptKind.SALVAGE_EXPORT and (self.payload or {}).get("verified") is True
+        )
 
 
 def attachment_path(instance: "Attachment", filename: str) -> str:

@@ -136,6 +136,17 @@ def _receipt_view(receipt: Receipt, attachments: dict, r: Retirement, fingerprin
     return view
 
 
+def _salvaged(receipts: list[Receipt]) -> dict | None:
+    """What the sandbox's verified exports hold (ReceiptQuerySet.salvage_of's
+    receipts, from those the page loaded), or None when nothing was salvaged."""
+    exports = [x for x in receipts if x.is_salvage]
+    if not exports:
+        return None
+    files = [f for x in exports for f in x.payload.get("files") or [] if isinstance(f, dict)]
+    size = sum(f["size"] for f in files if isinstance(f.get("size"), int))
+    return {"exports": len(exports), "files": len(files), "bytes": size}
+
+
 def detail_context(request, r: Retirement, *, error: str = "", notice: str = "") -> dict:
     receipts = list(
         Receipt.objects.of_sandbox(r.provider, r.provider_lease_id).select_related("retirement")
@@ -188,6 +199,8 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         "can_retry": user.has_perm("sandboxes.retry_retirement"),
         "can_hold": user.has_perm("sandboxes.hold_retirement"),
         "can_attest": user.has_perm("sandboxes.attest_retirement"),
+        "can_download_salvage": user.has_perm("sandboxes.download_salvage"),
+        "salvaged": _salvaged(receipts),
         "awaiting": r.stage == Stage.AWAITING_APPROVAL,
         "error": error,
         "notice": notice,

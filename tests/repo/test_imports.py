@@ -40,6 +40,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.proof",
             "sandboxes.receipts",
             "sandboxes.roles",
+            "sandboxes.salvage_archive",
+            "sandboxes.salvage_restore",
         ),
     ),
     ("reconciler", ("sandboxes.reconciler",)),
