@@ -272,6 +272,8 @@ PAGES = {
     "task": "task",
     "users": None,
     "sandbox-by-id": "awaiting",
+    # A zip, streamed: everything salvaged from a sandbox (every role reads it).
+    "sandbox-salvage": "salvaged",
 }
 
 # Who reads each page: every console role, except where listed here (everyone
@@ -292,6 +294,11 @@ def page_url(name: str, world) -> str:
         from tests.factories import AttachmentFactory
 
         return reverse(name, kwargs={"pk": AttachmentFactory().pk})
+    if target == "salvaged":
+        from tests.factories import salvage_export
+
+        salvage_export(world["awaiting"], {"notes/work.txt": b"unsaved work\n"})
+        return reverse(name, kwargs={"pk": world["awaiting"].pk})
     if name == "sandbox-by-id":
         return reverse(name, kwargs={"sandbox_id": world[target].provider_lease_id})
     return reverse(name, kwargs={"pk": world[target].pk})
@@ -301,7 +308,7 @@ def page_url(name: str, world) -> str:
 SESSION = {"login", "logout", "admin-login"}
 # Bearer-token machine API: POST endpoints and GET reads.
 API_POSTS = {"api-events", "api-kept-sandbox-action"}
-API_GETS = {"api-kept-sandboxes", "api-kept-sandbox", "metrics"}
+API_GETS = {"api-kept-sandboxes", "api-kept-sandbox", "api-kept-sandbox-salvage", "metrics"}
 
 # The act API's actions and the console action each one shares.
 API_ACTIONS = {
