@@ -122,6 +122,15 @@ def from_zip(archive: zipfile.ZipFile, wanted: str | None = None) -> Selection:
     except (ValueError, TypeError) as exc:
         raise RestoreRefused([f"{salvage_archive.MANIFEST} is not valid JSON: {exc}"]) from None
     names = set(archive.namelist())
+    shape = (("path", str), ("sha256", str), ("size", int), ("export", str), ("zip_path", str))
+    bad = [
+        f"{salvage_archive.MANIFEST}: file entry {i} lacks {key} ({kind.__name__})"
+        for i, f in enumerate(files)
+        for key, kind in shape
+        if not isinstance(f, dict) or not isinstance(f.get(key), kind)
+    ]
+    if bad or not isinstance(receipts, list) or not isinstance(sandbox, dict):
+        raise RestoreRefused(bad or [f"{salvage_archive.MANIFEST} is not a salvage manifest"])
     exports = [
         {
             "id": str(x["id"]),
@@ -240,11 +249,11 @@ def restore(selection: Selection, folder: Path, *, force: bool = False) -> Resto
     RestoreRefused having written nothing."""
     if folder.exists() and not folder.is_dir():
         raise RestoreRefused([f"{folder} is not a folder"])
-    folder.mkdir(parents=True, exist_ok=True)
     root = folder.resolve()
     found, plan = check(root, selection.sources, force)
     if found:
         raise RestoreRefused(found)
+    root.mkdir(parents=True, exist_ok=True)
     plan.deleted, plan.exports = list(selection.deleted), list(selection.exports)
     todo = plan.written + plan.overwritten
     staging = root / f".restore-salvage-{uuid.uuid4().hex}"

@@ -245,3 +245,23 @@ def test_from_zip_names_a_file_that_is_no_salvage(tmp_path):
         restore(tmp_path / "back", from_zip=tmp_path / "y.zip")
     with pytest.raises(CommandError, match="does not exist"):
         restore(tmp_path / "back", from_zip=tmp_path / "none.zip")
+
+
+def test_from_zip_refuses_a_manifest_entry_without_its_fields(salvaged, tmp_path):
+    r, _, _ = salvaged
+    source = zip_of(r, tmp_path / "salvage.zip")
+
+    def strip(manifest):
+        del manifest["files"][0]["sha256"]
+
+    archive = _rewritten(source, tmp_path / "stripped.zip", strip)
+    with pytest.raises(CommandError, match="file entry 0 lacks sha256"):
+        restore(tmp_path / "back", from_zip=archive)
+    assert not (tmp_path / "back").exists()
+
+
+def test_a_refused_restore_does_not_even_create_dir(tmp_path):
+    r = _hostile("../evil")
+    with pytest.raises(CommandError):
+        restore(r.provider_lease_id, tmp_path / "new" / "back")
+    assert not (tmp_path / "new").exists()
