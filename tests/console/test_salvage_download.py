@@ -222,6 +222,15 @@ def test_the_api_refuses_an_ingest_token_and_no_token(salvaged, client):
     assert not AuditEvent.objects.filter(action__startswith="salvage.").exists()
 
 
+def test_a_reviewer_token_reads_the_list_and_a_sandbox(salvaged, client):
+    headers = _bearer("reviewer")
+    listed = client.get("/api/v1/kept-sandboxes", **headers)
+    assert listed.status_code == 200
+    assert [x["sandbox_id"] for x in listed.json()["results"]] == [salvaged.provider_lease_id]
+    one = client.get(f"/api/v1/kept-sandboxes/{salvaged.provider_lease_id}", **headers)
+    assert one.status_code == 200 and len(one.json()["receipts"]) == 2
+
+
 def test_a_reviewer_token_still_cannot_act(salvaged, client):
     response = client.post(
         f"/api/v1/kept-sandboxes/{salvaged.provider_lease_id}/hold",
