@@ -8,7 +8,7 @@ check: lint typecheck  ## the everyday loop: lint, type check, fast tests; insta
 	  .venv/bin/pytest -q -m "not slow and not browser"
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
-typecheck:  ## mypy + django-stubs on the reconciler, providers, actions and ingest ([tool.mypy])
+typecheck:  ## mypy + django-stubs, unannotated bodies included, on the files [tool.mypy] lists
 	.venv/bin/mypy
 sizes:  ## product modules over 500 lines and functions over 60 (issue 14's closing note)
 	bin/sizes

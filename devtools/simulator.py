@@ -447,7 +447,8 @@ class Simulator:
 
     def _visible(self, query: dict[str, list[str]]) -> list[SimSandbox]:
         def one(key):
-            return (query.get(key) or [None])[-1]
+            values = query.get(key)
+            return values[-1] if values else None
 
         wanted = {}
         if one("labels"):
@@ -959,6 +960,7 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, method, operation, sandbox_id, multi, query, raw, entry):
         sim = self.sim
         skip = entry["skip_activity"]
+        body: Any  # JSON: a list for the array shape of `list`, an object otherwise
         if operation in (
             "list",
             "list_paginated",
@@ -1385,5 +1387,6 @@ class SimulatorProcess:
         return SimulatorControl(self.url)
 
     def __exit__(self, *exc):
+        assert self.process is not None  # set by __enter__
         self.process.terminate()
         self.process.wait(timeout=10)

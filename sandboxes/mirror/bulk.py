@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import cast
 
 from django.db import connection, models
 from django.db.models.options import Options
@@ -34,9 +35,16 @@ def _adapt(field: models.Field, value):
 
 
 def _db_type(field: models.Field) -> str:
-    if isinstance(field, models.ForeignKey):
-        return field.target_field.rel_db_type(connection)
-    return field.db_type(connection)
+    # A ForeignKey's db_type is its target's rel_db_type (Django's ForeignKey.db_type).
+    db_type = field.db_type(connection)
+    if db_type is None:  # a many-to-many or a reverse relation: no column of its own
+        raise TypeError(f"{field} has no column to write")
+    return db_type
+
+
+def _field(meta: Options, key: str) -> models.Field:
+    """The concrete field a record's key (a field name or an attname) names."""
+    return cast(models.Field, meta.get_field(key))
 
 
 def upsert(
@@ -66,7 +74,7 @@ def upsert(
     meta = model._meta
     keys = _keys_stamped(meta, rows)
     # A record's keys are field names or attnames ("lease_id"): both resolve.
-    fields = [meta.get_field(key) for key in keys]
+    fields = [_field(meta, key) for key in keys]
     constants = _constants(model, set(fields))
     if not connection.in_atomic_block:
         # The staging table empties at every commit: COPY and INSERT must share one.
@@ -89,7 +97,7 @@ def upsert(
                 cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
                 sel=sql.SQL(", ").join(select),
                 stage=sql.Identifier(stage),
-                key=sql.SQL(", ").join(sql.Identifier(meta.get_field(c).column) for c in conflict),
+                key=sql.SQL(", ").join(sql.Identifier(_field(meta, c).column) for c in conflict),
                 on_conflict=_on_conflict(meta, target, update, newer_only),
                 pk=sql.Identifier(meta.pk.column),
             ),
@@ -168,7 +176,7 @@ def _on_conflict(
     older source time with `newer_only`)."""
     if update is None:
         return sql.SQL("DO NOTHING")
-    assignments = [meta.get_field(name).column for name in (*update, "updated_at")]
+    assignments = [_field(meta, name).column for name in (*update, "updated_at")]
     on_conflict = sql.SQL("DO UPDATE SET {}").format(
         sql.SQL(", ").join(
             sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))

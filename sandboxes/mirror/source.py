@@ -8,10 +8,13 @@ from datetime import datetime
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
+
+# The mirror reads every Paperclip row as a dict (the connection's row factory).
+Connection = psycopg.Connection[DictRow]
 
 
-def connect(dsn: str) -> psycopg.Connection:
+def connect(dsn: str) -> Connection:
     """Every transaction on this connection is read-only, whatever the DSN's
     user may do: the mirror must never change Paperclip."""
     conn = psycopg.connect(
@@ -27,13 +30,13 @@ def connect(dsn: str) -> psycopg.Connection:
     return conn
 
 
-def describe(conn: psycopg.Connection) -> str:
+def describe(conn: Connection) -> str:
     """host:port/dbname, never the password: the cursor key and log label."""
     info = conn.info
     return f"{info.host}:{info.port}/{info.dbname}"
 
 
-def columns_by_table(conn: psycopg.Connection, tables: Iterable[str]) -> dict[str, set[str]]:
+def columns_by_table(conn: Connection, tables: Iterable[str]) -> dict[str, set[str]]:
     """The columns each table has in the connection's search path; a table that
     does not exist (an older Paperclip) is absent from the answer."""
     with conn.cursor(row_factory=dict_row) as cur:
@@ -56,13 +59,13 @@ def columns_by_table(conn: psycopg.Connection, tables: Iterable[str]) -> dict[st
 
 
 def changed_rows(
-    conn: psycopg.Connection,
+    conn: Connection,
     table: str,
     pk: str,
     columns: Iterable[str],
     since: datetime | None,
     batch_size: int,
-) -> Iterator[list[dict]]:
+) -> Iterator[list[DictRow]]:
     """Pages of `columns` of the rows with updated_at >= since, in (updated_at,
     pk) order, from ONE server-side cursor: one scan and one sort per table
     per iteration, whatever the number of pages (Paperclip has no index on

@@ -20,6 +20,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from sandboxes.models import (
@@ -41,6 +42,7 @@ from sandboxes.models.choices import (
     RunStatus,
     SaveState,
 )
+from sandboxes.models.mirror import MirroredModel
 
 from .lease_metadata import lease_metadata
 from .values import (
@@ -65,17 +67,17 @@ RESTORE_EVIDENCE_KEY = "workspaceRestoreRecovery"  # workspace-restore-recovery-
 
 @dataclass
 class Row:
-    model: type
+    model: type[MirroredModel]
     pk: UUID
     fields: dict
-    refs: dict[type, set[UUID]] = field(default_factory=dict)
+    refs: dict[type[MirroredModel], set[UUID]] = field(default_factory=dict)
     receipts: list[dict] = field(default_factory=list)
     intents: list[dict] = field(default_factory=list)
     exports: list[dict] = field(default_factory=list)
     quarantined: str = ""  # why, when the row is kept out of the reconciler's view
     quarantine_kind: str = ""
 
-    def ref(self, model: type, pk: UUID | None) -> UUID | None:
+    def ref(self, model: type[MirroredModel], pk: UUID | None) -> UUID | None:
         if pk is not None:
             self.refs.setdefault(model, set()).add(pk)
         return pk
@@ -252,7 +254,7 @@ def recovery_action(src: dict) -> list[Row]:
             for x in lease_ids
         )
     )
-    fields = {
+    fields: dict[str, Any] = {
         "company_id": company(src),
         "source_issue_id": _uuid(src.get("source_issue_id"), "source_issue_id", required=True),
         "kind": _text(src.get("kind"), 64),

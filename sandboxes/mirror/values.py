@@ -4,8 +4,10 @@ object, text — or refusing the row with `Malformed` (docs/architecture.md, Mir
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal, overload
 from uuid import UUID
 
+from django.db.models import TextChoices
 from django.utils.dateparse import parse_datetime
 
 # Deterministic ids for rows the mirror derives, so re-mirroring is idempotent.
@@ -28,7 +30,11 @@ class NotASandbox(Exception):
     "skipped" means only rows the mirror could not read (docs/architecture.md, Mirror)."""
 
 
-def _uuid(value, what: str, *, required=False) -> UUID | None:
+@overload
+def _uuid(value: object, what: str, *, required: Literal[True]) -> UUID: ...
+@overload
+def _uuid(value: object, what: str, *, required: bool = False) -> UUID | None: ...
+def _uuid(value: object, what: str, *, required: bool = False) -> UUID | None:
     if value is None or value == "":
         if required:
             raise Malformed(f"{what} is missing")
@@ -44,7 +50,15 @@ def _uuid(value, what: str, *, required=False) -> UUID | None:
 _VALUES: dict[type, frozenset] = {}
 
 
-def _choice(value, choices, what: str, *, nullable=False) -> str | None:
+@overload
+def _choice(
+    value: object, choices: type[TextChoices], what: str, *, nullable: Literal[False] = False
+) -> str: ...
+@overload
+def _choice(
+    value: object, choices: type[TextChoices], what: str, *, nullable: bool
+) -> str | None: ...
+def _choice(value, choices: type[TextChoices], what: str, *, nullable: bool = False) -> str | None:
     if value is None and nullable:
         return None
     allowed = _VALUES.get(choices)
@@ -59,6 +73,7 @@ def _choice(value, choices, what: str, *, nullable=False) -> str | None:
 def _when(value, what: str) -> datetime | None:
     if value is None:
         return None
+    parsed: datetime | None
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, str):

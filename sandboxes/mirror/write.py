@@ -35,6 +35,7 @@ from sandboxes.models.choices import (
     ReceiptKind,
     TerminationState,
 )
+from sandboxes.models.mirror import MirroredModel
 
 from . import bulk
 from .lease_metadata import export_id, intent_id
@@ -46,7 +47,7 @@ from .values import NotASandbox
 log = logging.getLogger(__name__)
 
 
-def _ensure_exist(refs: dict[type, set[UUID]]) -> None:
+def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
     """Create rows named but not (yet) mirrored as placeholders: one lookup per
     model, and one insert-or-nothing for a model with some missing."""
     models_named = [model for model, ids in refs.items() if ids]
@@ -238,7 +239,7 @@ def _write_rows(rows: list[Row], report: MirrorReport, counts: TableCounts) -> i
         rows = _moves(rows, report, counts)
         if not rows:
             return 0
-    refs: dict[type, set[UUID]] = {}
+    refs: dict[type[MirroredModel], set[UUID]] = {}
     for row in rows:
         for ref_model, ids in row.refs.items():
             refs.setdefault(ref_model, set()).update(ids)
@@ -285,17 +286,18 @@ def _write_saves(saves: list[Save], counts: TableCounts, report: MirrorReport) -
     keys = {s.sandbox_key for s in saves if s.sandbox_key and s.lease_id not in by_id}
     by_key: dict[str, UUID | None] = {}
     if keys:
-        for key, ws in (
+        for key, workspace_id in (
             EnvironmentLease.objects.filter(provider_lease_id__in=keys)
             .order_by("provider_lease_id", "-acquired_at")
             .values_list("provider_lease_id", "execution_workspace_id")
         ):
-            by_key.setdefault(key, ws)
+            by_key.setdefault(key, workspace_id)
     workspace_of = {
         s.run_id: (by_id[s.lease_id] if s.lease_id in by_id else by_key.get(s.sandbox_key))
         for s in saves
     }
-    workspaces = {
+    # Keyed by UUID | None: a save whose sandbox has no workspace looks up None.
+    workspaces: dict[UUID | None, ExecutionWorkspace] = {
         ws.pk: ws
         for ws in ExecutionWorkspace.objects.filter(
             pk__in={w for w in workspace_of.values() if w is not None}

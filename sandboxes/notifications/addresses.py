@@ -100,7 +100,8 @@ def listed(host: str, port: int | None) -> bool:
 def resolve(host: str, port: int | None) -> list[str]:
     """Every address `host` resolves to (a literal address resolves to itself)."""
     infos = socket.getaddrinfo(_bare(host), port or 0, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(info[4][0] for info in infos))
+    # An inet sockaddr's first item is the address text (str() only for the checker).
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 def reachable(host: str, port: int | None) -> list[str]:

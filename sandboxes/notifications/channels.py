@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Sequence
 
 from django.db import transaction
 from django.utils import timezone
@@ -61,6 +62,7 @@ def _check_url(kind: str, url: str, field: str = "url") -> str:
         return ""
     if len(url) > 2000:
         raise ActionRefused(f"{field}: keep it under 2,000 characters.")
+    targets: Sequence[tuple[str, int | None]]  # (host, port); Apprise may name no port
     try:
         if kind == ChannelKind.WEBHOOK:
             if not re.match(r"^https?://[^/\s]+", url):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urljoin
 
 from django.conf import settings
@@ -145,7 +146,7 @@ def _emit(event_type, key, environment, retirement, data, channels, queue):
     now = timezone.now()
     if environment is None and retirement is not None:
         environment = retirement.environment
-    payload = {
+    payload: dict[str, Any] = {
         "type": str(event_type),
         "title": TITLES.get(event_type, str(event_type)),
         "occurred_at": now.isoformat(),
