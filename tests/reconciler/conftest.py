@@ -2,6 +2,7 @@
 and graph builders in the seeds' shapes."""
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -11,9 +12,12 @@ from sandboxes import models as m
 from sandboxes.providers.local import LocalProvider
 from sandboxes.reconciler import signals
 from sandboxes.reconciler.passes import run_pass
+from sandboxes.reconciler.plan import Action, Plan
+from sandboxes.reconciler.steps import retire_sandbox
+from sandboxes.reconciler.worker import Worker
 from tests import factories as f
 
-from .world import world, world_factory  # noqa: F401  (end-to-end fixtures)
+from .world import provider, world, world_factory  # noqa: F401  (end-to-end fixtures)
 
 SAVED = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n", "old.txt": b"old\n"}
 
@@ -132,16 +136,20 @@ def ago(**kw):
     return timezone.now() - timedelta(**kw)
 
 
-@pytest.fixture(params=["daytona", "local"])
-def provider(request, tmp_path, monkeypatch, settings):
-    """End to end: the Daytona simulator over loopback, then the local provider, as
-    the provider every `reconcile --once` in the test uses (see e2e.py)."""
-
-    from .e2e import start_provider
-
-    p, stop = start_provider(request.param, tmp_path)
-    monkeypatch.setattr(
-        "sandboxes.reconciler.worker.default_provider_for", lambda env, name="": p.client
+def claim(r):
+    """Claim the record as a worker does (a fresh attempt id, five minutes); the
+    attempt id, which fences every step taken under the claim."""
+    attempt = uuid.uuid4()
+    m.Retirement.objects.filter(pk=r.pk).update(
+        attempt_id=attempt, claimed_until=timezone.now() + timedelta(minutes=5)
     )
-    yield p
-    stop()
+    return attempt
+
+
+def retire(r, local):
+    """Call the one destroy path directly, as a worker whose plan said `retire`
+    (claimed afresh, over `local`); `r` is refreshed before and after."""
+    r.refresh_from_db()
+    plan = Plan(Action.RETIRE, r.pk, r.environment, r.provider_lease_id)
+    retire_sandbox(plan, claim(r), Worker(provider_for=lambda e: local))
+    r.refresh_from_db()

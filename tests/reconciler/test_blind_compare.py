@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from sandboxes import models as m
 
-from .e2e import load, reconcile_once, record
+from .world import load, reconcile_once, record
 
 pytestmark = pytest.mark.django_db
 

@@ -10,39 +10,16 @@ that make them fail. The third is here:
   raise DestroyRefused(...)`: (c) fails (the sandbox is destroyed).
 """
 
-import uuid
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
 from sandboxes import models as m
 from sandboxes.reconciler.gate import DestroyRefused
 from sandboxes.reconciler.listing import sync_retirements
-from sandboxes.reconciler.plan import Action, Plan
-from sandboxes.reconciler.steps import retire_sandbox
-from sandboxes.reconciler.worker import Worker
 from tests import factories as f
 
-from .conftest import retirement_of
+from .conftest import retire, retirement_of
 
 pytestmark = pytest.mark.django_db
-
-
-def _claim(r):
-    attempt = uuid.uuid4()
-    m.Retirement.objects.filter(pk=r.pk).update(
-        attempt_id=attempt, claimed_until=timezone.now() + timedelta(minutes=5)
-    )
-    return attempt
-
-
-def _retire(r, local):
-    """The one path to a provider destroy, called as a worker whose plan said retire."""
-    r.refresh_from_db()
-    plan = Plan(Action.RETIRE, r.pk, r.environment, r.provider_lease_id)
-    retire_sandbox(plan, _claim(r), Worker(provider_for=lambda e: local))
-    r.refresh_from_db()
 
 
 def _record(warm):
@@ -77,7 +54,7 @@ def test_a_lease_acquired_again_is_refused_by_the_gate_even_with_an_attestation(
     m.EnvironmentLease.objects.filter(pk=lease.pk).update(status=m.LeaseStatus.ACTIVE)
 
     with pytest.raises(DestroyRefused, match="no longer a candidate"):
-        _retire(r, local)
+        retire(r, local)
     assert local.count("destroy") == 0
     assert local.count("get") == 0  # refused before any provider call
     lease.refresh_from_db()
@@ -89,6 +66,6 @@ def test_with_the_lease_still_a_candidate_the_same_attestation_retires(warm, loc
     lease, r = _record(warm)
     _attest(r)
     m.Retirement.objects.filter(pk=r.pk).update(stage=m.Stage.RETIRING)
-    _retire(r, local)
+    retire(r, local)
     assert r.stage == m.Stage.RETIRED
     assert local.count("destroy") == 1

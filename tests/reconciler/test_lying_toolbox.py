@@ -29,7 +29,7 @@ from sandboxes.reconciler.plan import Action
 from sandboxes.reconciler.steps import do_compare
 
 from .conftest import SAVED, retirement_of
-from .e2e import load, reconcile_once, record
+from .world import load, reconcile_once, record
 
 pytestmark = pytest.mark.django_db
 

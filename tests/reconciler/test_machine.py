@@ -22,7 +22,7 @@ from sandboxes.reconciler.steps import do_compare, retire_sandbox
 from sandboxes.reconciler.worker import ProviderMismatch, Worker
 from tests import factories as f
 
-from .conftest import SAVED, ago, retirement_of
+from .conftest import SAVED, ago, claim, retire, retirement_of
 
 pytestmark = pytest.mark.django_db
 
@@ -163,21 +163,13 @@ def test_each_hold_blocks_destroy_even_with_proof(code, warm, local, reconcile):
     assert local.count("start") == 0
     assert lease.status != m.LeaseStatus.EXPIRED
     # And the gate itself refuses, whatever the caller.
-    attempt = _claim(r)
+    attempt = claim(r)
     with pytest.raises(DestroyRefused, match="held"):
         retire_sandbox(_plan(r), attempt, Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 
 # --- every destroy path refuses without proof ---------------------------------------------
-
-
-def _claim(r):
-    attempt = uuid.uuid4()
-    m.Retirement.objects.filter(pk=r.pk).update(
-        attempt_id=attempt, claimed_until=timezone.now() + timedelta(minutes=5)
-    )
-    return attempt
 
 
 def _plan(r):
@@ -250,7 +242,7 @@ def test_every_kind_refuses_destroy_without_proof(case, warm, local):
     for lease in leases:
         r = retirement_of(lease)
         NO_PROOF[case](r)
-        attempt = _claim(r)
+        attempt = claim(r)
         with pytest.raises(DestroyRefused, match="no proof"):
             retire_sandbox(_plan(r), attempt, Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
@@ -267,7 +259,7 @@ def test_resume_failed_refuses_destroy_without_a_saved_workspace(save_state, war
     sync_retirements()
     r = retirement_of(lease)
     with pytest.raises(DestroyRefused, match="no proof"):
-        retire_sandbox(_plan(r), _claim(r), Worker(provider_for=lambda e: local))
+        retire(r, local)
     assert local.count("destroy") == 0
 
 
@@ -282,7 +274,7 @@ def test_stop_only_kinds_refuse_destroy_even_with_proof(warm, local):
     r = retirement_of(lease)
     attest(r)
     with pytest.raises(DestroyRefused, match="stop only"):
-        retire_sandbox(_plan(r), _claim(r), Worker(provider_for=lambda e: local))
+        retire(r, local)
     assert local.count("destroy") == 0
 
 
@@ -293,7 +285,7 @@ def test_observe_and_unapproved_manual_refuse_destroy_with_proof(mode, warm, loc
     r = retirement_of(lease)
     attest(r)
     with pytest.raises(DestroyRefused):
-        retire_sandbox(_plan(r), _claim(r), Worker(provider_for=lambda e: local))
+        retire(r, local)
     assert local.count("destroy") == 0
 
 
@@ -313,7 +305,7 @@ def test_a_stale_claim_cannot_destroy(warm, local):
     sync_retirements()
     r = retirement_of(lease)
     attest(r)
-    _claim(r)
+    claim(r)
     with pytest.raises(ClaimLost):
         retire_sandbox(_plan(r), uuid.uuid4(), Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
@@ -595,7 +587,7 @@ def test_a_record_started_for_salvage_is_stopped_when_the_cap_stops_its_retire(w
     )
     worker = Worker(provider_for=lambda e: local)
     worker.retired_by_env[env.pk] = 1  # the cap is reached in this pass
-    machine.advance(r.pk, _claim(r), worker)
+    machine.advance(r.pk, claim(r), worker)
     r.refresh_from_db()
     assert local.inner.get(lease.provider_lease_id).state == "stopped"
     assert not r.started_for_salvage and r.stage == m.Stage.RETIRING
@@ -756,7 +748,7 @@ def test_a_task_that_resumed_the_workspace_before_the_claim_is_dismissed_under_t
     lease.issue.bound_workspace = lease.execution_workspace
     lease.issue.save(update_fields=["bound_workspace"])
     m.Retirement.objects.filter(pk=r.pk).update(next_attempt_at=timezone.now())
-    machine.advance(r.pk, _claim(r), Worker(provider_for=lambda e: local))
+    machine.advance(r.pk, claim(r), Worker(provider_for=lambda e: local))
     r.refresh_from_db()
     assert r.stage == m.Stage.DISMISSED and "predicate stopped matching" in r.closed_reason
     assert local.calls == []

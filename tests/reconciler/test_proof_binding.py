@@ -23,14 +23,11 @@ from django.utils import timezone
 from sandboxes import actions
 from sandboxes import models as m
 from sandboxes.reconciler.listing import sync_retirements
-from sandboxes.reconciler.plan import Action, Plan
-from sandboxes.reconciler.steps import retire_sandbox
-from sandboxes.reconciler.worker import Worker
 from sandboxes.roles import OPERATORS
 from tests import factories as f
 
-from .conftest import SAVED, retirement_of
-from .e2e import abandoned_warm, event, load_events, reconcile_once, record
+from .conftest import SAVED, retire, retirement_of
+from .world import abandoned_warm, event, load_events, reconcile_once, record
 
 pytestmark = pytest.mark.django_db
 
@@ -145,22 +142,6 @@ def test_an_approval_never_destroys_on_a_compare_the_resumed_lease_outdated(prov
 # --- the gate itself: recomputed under the lock at destroy time -----------------------
 
 
-def _claim(r):
-    attempt = uuid.uuid4()
-    m.Retirement.objects.filter(pk=r.pk).update(
-        attempt_id=attempt, claimed_until=timezone.now() + timedelta(minutes=5)
-    )
-    return attempt
-
-
-def _retire(r, local):
-    """Call the one destroy path directly, as a worker whose plan said `retire`."""
-    r.refresh_from_db()
-    plan = Plan(Action.RETIRE, r.pk, r.environment, r.provider_lease_id)
-    retire_sandbox(plan, _claim(r), Worker(provider_for=lambda e: local))
-    r.refresh_from_db()
-
-
 def _proven(warm, *, mode=m.RetirementMode.AUTO, proof="compare"):
     lease = warm(status=m.LeaseStatus.FAILED, env=f.EnvironmentFactory(retirement_mode=mode))
     sync_retirements()
@@ -239,7 +220,7 @@ def test_the_gate_voids_a_proof_whose_sandbox_moved_on(move, proof, mode, warm, 
     change, words = MOVES[move]
     change(lease)
 
-    _retire(r, local)
+    retire(r, local)
 
     assert local.count("destroy") == 0
     assert r.stage == m.Stage.COMPARING
@@ -249,7 +230,7 @@ def test_the_gate_voids_a_proof_whose_sandbox_moved_on(move, proof, mode, warm, 
     lease.refresh_from_db()
     assert lease.status == m.LeaseStatus.FAILED
     # Said once, not on every refusal.
-    _retire(r, local)
+    retire(r, local)
     assert m.AuditEvent.objects.filter(action="retirement.proof_void").count() == 1
     assert local.count("destroy") == 0
 
@@ -257,7 +238,7 @@ def test_the_gate_voids_a_proof_whose_sandbox_moved_on(move, proof, mode, warm, 
 @pytest.mark.parametrize("mode", [m.RetirementMode.AUTO, m.RetirementMode.MANUAL])
 def test_the_gate_destroys_when_nothing_moved(mode, warm, local):
     lease, r = _proven(warm, mode=mode)
-    _retire(r, local)
+    retire(r, local)
     assert r.stage == m.Stage.RETIRED
     assert local.count("destroy") == 1
 
@@ -272,7 +253,7 @@ def test_the_consoles_own_stop_after_an_inspection_does_not_void_the_proof(warm,
         confirmed_at=timezone.now() + timedelta(seconds=1),
         payload={"by": "console"},
     )
-    _retire(r, local)
+    retire(r, local)
     assert r.stage == m.Stage.RETIRED
     assert local.count("destroy") == 1
 
@@ -335,7 +316,7 @@ def test_every_kind_proved_by_a_receipt_refuses_a_destroy_on_a_void_proof(move, 
             payload={"clean": True, "added": [], "changed": [], "deleted": []},
         )
         change(lease)
-        _retire(r, local)
+        retire(r, local)
         assert r.stage == m.Stage.COMPARING, (r.kind, r.stage)
         void = m.AuditEvent.objects.get(action="retirement.proof_void", object_id=str(r.pk))
         assert void.reason == words.format("compare")

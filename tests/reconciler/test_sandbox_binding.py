@@ -34,8 +34,8 @@ from sandboxes.roles import OPERATORS
 from sandboxes.rules.proof import void_reason
 from tests import factories as f
 
-from .conftest import SAVED, retirement_of
-from .e2e import abandoned_warm, event, load_events, reconcile_once, record
+from .conftest import SAVED, claim, retirement_of
+from .world import abandoned_warm, event, load_events, reconcile_once, record
 
 pytestmark = pytest.mark.django_db
 
@@ -165,14 +165,6 @@ def _approved(warm):
     return lease, r
 
 
-def _claim(r):
-    attempt = uuid.uuid4()
-    m.Retirement.objects.filter(pk=r.pk).update(
-        attempt_id=attempt, claimed_until=timezone.now() + timedelta(minutes=5)
-    )
-    return attempt
-
-
 def test_the_fingerprint_names_the_provider_and_the_sandbox(warm):
     lease, r = _approved(warm)
     before = fingerprint_of(r)
@@ -243,7 +235,7 @@ def test_the_destroy_path_refuses_after_a_move(warm, local):
     f.stop_receipt(lease)
     plan = Plan(Action.RETIRE, r.pk, r.environment, sandbox_a)
     with pytest.raises(DestroyRefused):
-        retire_sandbox(plan, _claim(r), Worker(provider_for=lambda e: local))
+        retire_sandbox(plan, claim(r), Worker(provider_for=lambda e: local))
     assert local.count("destroy") == 0
 
 
@@ -252,7 +244,7 @@ def test_the_planner_dismisses_a_record_whose_lease_names_another_sandbox(warm, 
     _move(lease, "sandbox-b")
     f.stop_receipt(lease)
 
-    plan = plan_step(r.pk, _claim(r), Worker(provider_for=lambda e: local))
+    plan = plan_step(r.pk, claim(r), Worker(provider_for=lambda e: local))
 
     assert plan is None
     r.refresh_from_db()
@@ -265,7 +257,7 @@ def test_the_planner_stops_a_sandbox_it_started_before_closing(warm, local):
     lease, r = _approved(warm)
     m.Retirement.objects.filter(pk=r.pk).update(started_for_salvage=True)
     _move(lease, "sandbox-b")
-    plan = plan_step(r.pk, _claim(r), Worker(provider_for=lambda e: local))
+    plan = plan_step(r.pk, claim(r), Worker(provider_for=lambda e: local))
     assert plan.action == Action.STOP_BEFORE_WAIT
     assert plan.sandbox_id == r.provider_lease_id  # the sandbox it started, not B
 

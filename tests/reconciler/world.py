@@ -1,16 +1,26 @@
-"""End to end, the way issue 10 reproduced its items: Paperclip's events go in
-through `manage.py load_events`, `manage.py reconcile --once` runs a pass, and
-the provider is the Daytona simulator over loopback HTTP.
+"""End to end: Paperclip's events go in through `manage.py load_events`,
+`manage.py reconcile --once` runs a pass, and the provider is the Daytona
+simulator over loopback HTTP (the console's own Daytona client) or the local
+provider. The one world builder for the reconciler's end-to-end tests.
 
-`world.story()` builds one task's events in the wire format (DOMAIN §4.1) with
-increasing `occurred_at`; `world.sandbox()` seeds a sandbox the way one seeds
-Daytona (a name, then files under the workspace root).
+- `world` / `world_factory`: a World over a fresh simulator. `world.story()`
+  builds one task's events in the wire format (DOMAIN §4.1) with increasing
+  `occurred_at`; `world.sandbox()` seeds a sandbox the way one seeds Daytona
+  (a name, then files under the workspace root).
+- `provider` (conftest.py): the same test against the simulator, then the
+  local provider (`Sim`, `Local`), fed one seed's events by `abandoned_warm`
+  and `load`.
+
+The events come from the one builder (devtools/events.py); the lease metadata
+key `remoteCwd` is Paperclip's (its sandbox environment driver records the
+sandbox's working directory there).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from io import StringIO
@@ -23,9 +33,40 @@ from devtools.events import Events, manifest, uid
 from devtools.simulator import HOME, FaultConfig, SimulatorServer
 from sandboxes import models as m
 from sandboxes.providers.daytona import DaytonaProvider
+from sandboxes.providers.local import LocalProvider
 
 SAVED = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n"}
 _clock = itertools.count()
+
+
+def daytona_client(url: str, *, api_key: str, budget_seconds: float) -> DaytonaProvider:
+    """The console's Daytona client on the simulator, with fast polls and backoff
+    so that faults stay short."""
+    return DaytonaProvider(
+        url,
+        api_key=api_key,
+        budget_seconds=budget_seconds,
+        poll_interval=0.01,
+        backoff_base=0.01,
+        backoff_cap=0.05,
+    )
+
+
+def load_events(tmp_path, events) -> None:
+    """`manage.py load_events` on a JSON-lines file of `events`."""
+    path = tmp_path / f"events-{uuid.uuid4().hex[:8]}.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    call_command("load_events", str(path), stdout=StringIO())
+
+
+def reconcile_once() -> str:
+    """`manage.py reconcile --once`; what it printed."""
+    out = StringIO()
+    call_command("reconcile", "--once", stdout=out)
+    return out.getvalue()
+
+
+# --- one task's story, on a World over the simulator -----------------------------------
 
 
 @dataclass
@@ -162,7 +203,6 @@ class World:
         self.tmp_path = tmp_path
         self.env = uid()
         self.mode = mode
-        self._files = itertools.count()
         self.out = ""
         self.load(
             [
@@ -210,15 +250,11 @@ class World:
         ]
 
     def load(self, events) -> None:
-        path = self.tmp_path / f"events-{next(self._files)}.jsonl"
-        path.write_text("\n".join(json.dumps(e) for e in events) + "\n")
-        call_command("load_events", str(path), stdout=StringIO())
+        load_events(self.tmp_path, events)
 
     def reconcile(self, times: int = 1) -> str:
         for _ in range(times):
-            out = StringIO()
-            call_command("reconcile", "--once", stdout=out)
-            self.out = out.getvalue()
+            self.out = reconcile_once()
         return self.out
 
 
@@ -235,14 +271,7 @@ def world_factory(tmp_path, monkeypatch, settings):
         servers.append(server)
 
         def provider_for(environment, provider_name=""):
-            client = DaytonaProvider(
-                server.url,
-                api_key="unused",
-                budget_seconds=2,
-                poll_interval=0.01,
-                backoff_base=0.01,
-                backoff_cap=0.05,
-            )
+            client = daytona_client(server.url, api_key="unused", budget_seconds=2)
             clients.append(client)
             return client
 
@@ -260,3 +289,172 @@ def world_factory(tmp_path, monkeypatch, settings):
 @pytest.fixture
 def world(world_factory):
     return world_factory("auto")
+
+
+# --- one seed against either provider (the `provider` fixture) ---------------------------
+
+
+class Sim:
+    """The simulator over loopback, driven by the console's Daytona client."""
+
+    name = "daytona"
+
+    def __init__(self, server):
+        self.server = server
+        self.client = daytona_client(server.url, api_key="k", budget_seconds=5)
+
+    def make(self, files, *, files_root, empty_dirs=(), other_files=None):
+        info = self.client.create(
+            f"e2e-{uuid.uuid4().hex[:8]}", {"t": "1"}, files=files, root=files_root
+        )
+        with self.server.sim.lock:
+            sb = self.server.sim.sandboxes[info.id]
+            for d in empty_dirs:
+                sb.dirs.add(f"{HOME}/{d}")
+            for path, data in (other_files or {}).items():
+                sb.dirs.update({f"{HOME}/workspace", f"{HOME}/workspace/cache"})
+                sb.files[f"{HOME}/{path}"] = data
+        self.client.stop(info.id)
+        return info.id
+
+    def write(self, sid, path, data):
+        """A run writes a file in the sandbox (through the toolbox upload)."""
+        self.client.start(sid)
+        with self.server.sim.lock:
+            self.server.sim.sandboxes[sid].files[f"{HOME}/{path}"] = data
+
+    def deletes(self, sid):
+        return [
+            c
+            for c in self.server.sim.calls
+            if c["method"] == "DELETE" and c.get("sandbox_id") == sid
+        ]
+
+    def state(self, sid):
+        return str(self.client.get(sid).state)
+
+
+class Local:
+    name = "local"
+
+    def __init__(self, root):
+        self.client = LocalProvider(root=root, budget_seconds=5)
+        self.destroyed = []
+        real = self.client.destroy
+
+        def destroy(sid, **kw):
+            self.destroyed.append(sid)
+            return real(sid, **kw)
+
+        self.client.destroy = destroy
+
+    def make(self, files, *, files_root, empty_dirs=(), other_files=None):
+        info = self.client.create(
+            f"e2e-{uuid.uuid4().hex[:8]}", {"t": "1"}, files=files, root=files_root
+        )
+        fs = self.client.root / info.id / "fs"
+        for d in empty_dirs:
+            (fs / d).mkdir(parents=True, exist_ok=True)
+        for path, data in (other_files or {}).items():
+            (fs / path).parent.mkdir(parents=True, exist_ok=True)
+            (fs / path).write_bytes(data)
+        self.client.stop(info.id)
+        return info.id
+
+    def write(self, sid, path, data):
+        self.client.start(sid)
+        target = self.client.root / sid / "fs" / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def deletes(self, sid):
+        return [s for s in self.destroyed if s == sid]
+
+    def state(self, sid):
+        return str(self.client.get(sid).state)
+
+
+def start_provider(kind, tmp_path):
+    """(provider, stop) for "daytona" (the simulator on loopback) or "local"."""
+    if kind == "daytona":
+        server = SimulatorServer(seed=11, config=FaultConfig(transition_seconds=0.0), api_key="k")
+        server.start()
+        p = Sim(server)
+
+        def stop():
+            p.client.close()
+            server.stop()
+
+        return p, stop
+    return Local(tmp_path / "sandboxes"), lambda: None
+
+
+@pytest.fixture(params=["daytona", "local"])
+def provider(request, tmp_path, monkeypatch, settings):
+    """End to end: the Daytona simulator over loopback, then the local provider, as
+    the provider every `reconcile --once` in the test uses."""
+    p, stop = start_provider(request.param, tmp_path)
+    monkeypatch.setattr(
+        "sandboxes.reconciler.worker.default_provider_for", lambda env, name="": p.client
+    )
+    yield p
+    stop()
+
+
+_events = Events(ids=lambda _n, _type: uid(), at="2026-11-30T10:00:00Z")
+event = _events.event
+
+
+def abandoned_warm(provider_name, sid, *, saved, remote_cwd=None, mode="auto"):
+    """Paperclip's events for a failed warm lease whose task moved on (seed 001
+    abandoned_warm): (ids, events)."""
+    ev = _events
+    ids = {k: uid() for k in ("env", "issue", "ws", "ws2", "run", "lease")}
+    lease = {
+        "lease_id": ids["lease"],
+        "environment_id": ids["env"],
+        "provider": provider_name,
+        "provider_lease_id": sid,
+        "status": "failed",
+        "lease_policy": "reuse_by_environment",
+        "acquired_at": "2026-11-30T08:00:00Z",
+        # As Paperclip settles a terminated lease (remote-execution-termination.ts
+        # @ 555fcfc, hasRemoteTerminationReceipt lines 29-30): its stop counts.
+        "released_at": "2026-11-30T09:30:00Z",
+        "cleanup_status": "success",
+        "issue_id": ids["issue"],
+        "workspace_id": ids["ws"],
+        "run_id": ids["run"],
+        "metadata": {"remoteCwd": remote_cwd} if remote_cwd else {},
+    }
+    ids["lease_data"] = lease
+    events = [
+        ev.environment(ids["env"], f"e2e-{ids['env'][:6]}", provider_name, retirement_mode=mode),
+        ev.issue(ids["issue"], "in_progress", bound_workspace_id=ids["ws2"]),
+        ev.workspace(
+            ids["ws"],
+            ids["issue"],
+            saved_at="2026-11-30T09:00:00Z",
+            saved_manifest=manifest(saved),
+        ),
+        ev.workspace(ids["ws2"], ids["issue"]),
+        ev.run(ids["run"], ids["issue"], "failed"),
+        ev.lease(**lease),
+        ev.receipt(
+            ids["lease"],
+            run_id=ids["run"],
+            provider_lease_id=sid,
+            confirmed_at="2026-11-30T09:30:00Z",
+        ),
+    ]
+    return ids, events
+
+
+def load(tmp_path, provider, sid, *, saved, remote_cwd=None, mode="auto"):
+    ids, events = abandoned_warm(provider.name, sid, saved=saved, remote_cwd=remote_cwd, mode=mode)
+    load_events(tmp_path, events)
+    return m.EnvironmentLease.objects.get(pk=ids["lease"])
+
+
+def record(lease):
+    return m.Retirement.objects.get(lease=lease)
