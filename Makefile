@@ -10,5 +10,5 @@ lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 typecheck:  ## mypy + django-stubs, unannotated bodies included, on the files [tool.mypy] lists
 	.venv/bin/mypy
-sizes:  ## product modules over 500 lines and functions over 60 (issue 14's closing note)
+sizes:  ## product modules over 500 lines and functions over 60 (README, The two commands)
 	bin/sizes

@@ -1,5 +1,5 @@
 """Screenshots of every console page at desktop and phone width, with a check that
-no page scrolls sideways (issue 15, "Done when").
+no page scrolls sideways (README, The console: Screenshots).
 
 `capture()` drives Debian's chromium through Playwright against a running console;
 `manage.py console_screenshots` builds a throwaway database with the demo fleet,

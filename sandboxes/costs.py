@@ -1,4 +1,4 @@
-"""What a kept sandbox costs per day (issue 15 item 13).
+"""What a kept sandbox costs per day (docs/rules.md, what a kept sandbox costs).
 
 Sizes come from the provider's own read of the sandbox (Daytona's `cpu` in
 vCPUs, `memory` and `disk` in GiB: daytonaio/daytona

@@ -72,7 +72,7 @@ class Case:
     hold: str = ""  # the hold code this case exists to show
     # For KEPT/STOPPED: the record's stage at the end; None: never listed at all.
     final_stage: str | None = ""
-    shape: str = ""  # a special shape of issue 10's rules (see case_events)
+    shape: str = ""  # a special shape of docs/rules.md's rules (see case_events)
     started: bool = False  # the sandbox is running at the start
     saved: dict[str, bytes] = field(default_factory=dict)  # the durable save
     files: dict[str, bytes] = field(default_factory=dict)  # what the sandbox holds
@@ -257,7 +257,7 @@ def build_fleet(seed: int, *, scale: int = 1) -> Fleet:
     add("observe", "abandoned_warm", KEPT, env="observe", final_stage="listed", dirty="ac")
     add("resumed", "abandoned_warm", KEPT, hold="intent_pending", final_stage="dismissed")
 
-    # Issue 10's rules (docs/rules.md), each a case that must be kept or converge.
+    # The rules' special shapes (docs/rules.md), each a case that must be kept or converge.
     corrected = {"final_stage": "corrected", "started": True, "dirty": "a"}
     # A keep_running release recorded as sent, arriving before the run's final
     # status (mid-wave): the correction still fires.

@@ -1,4 +1,5 @@
-"""K7: a toolbox that lies (issue 22 item 4).
+"""K7: a toolbox that lies (docs/rules.md, claims and failures: a download that
+does not match the compare's listing).
 
 Two cases of the fleet meet a toolbox that contradicts itself:
 

@@ -45,7 +45,7 @@ SCENARIOS = (
     "k5_budget_outlasted",
     "k6_lease_repointed",
     "k7_toolbox_lies",
-    "issue10_rules",
+    "rule_shapes",
 )
 KILL_POINTS = ("compare", "export", "retire")
 _STAGE_OF = {"compare": "comparing", "export": "exporting", "retire": "retiring"}
@@ -863,7 +863,7 @@ class Wave:
         rules += [
             f"{k['case']}: {p}" for k in kept if fleet.named(k["case"]).shape for p in k["problems"]
         ]
-        verdict("issue10_rules", rules)
+        verdict("rule_shapes", rules)
         verdict(
             "k6_lease_repointed",
             self._k6_problems(fleet, calls) if self._on("k6_lease_repointed") else [],

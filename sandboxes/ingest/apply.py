@@ -73,8 +73,8 @@ def apply_events(source: str, events: list[Event], *, actor: Any = None) -> Batc
 def _check_early_receipts(uow: UnitOfWork, events: list[Event], actor: Any) -> None:
     """A receipt can arrive before its lease row (it is then stored against a
     placeholder and cannot be checked). When the lease arrives, every receipt
-    recorded for it is validated against its sandbox (docs/rules.md, proof; issue 10 item
-    8): one naming another sandbox is named in the answer's warnings and
+    recorded for it is validated against its sandbox (docs/rules.md, proof): one
+    naming another sandbox is named in the answer's warnings and
     audited. It stays (receipts are append-only) but proves nothing: every
     check matches a receipt on run, lease AND provider_lease_id. At most 1 query."""
     upserted: dict[Id, int] = {}

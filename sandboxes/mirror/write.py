@@ -89,9 +89,9 @@ def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
 
 def _upsert(model: type[models.Model], rows: list[Row]) -> list[Row]:
     """Upsert the page's rows; a row whose stored source time is newer than this
-    reading is left alone (docs/architecture.md, how a lease travels; issue 10
-    item 10: ingest and the mirror both write these tables and the newer source
-    time wins, under the row lock the upsert takes). Returns the rows written."""
+    reading is left alone (docs/architecture.md, how a lease travels: ingest and
+    the mirror both write these tables and the newer source time wins, under the
+    row lock the upsert takes). Returns the rows written."""
     if not rows:
         return rows
     fields = sorted({f for row in rows for f in row.fields})

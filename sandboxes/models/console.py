@@ -169,7 +169,8 @@ class Retirement(models.Model):
     size_bytes = models.BigIntegerField(null=True, blank=True)
     # The sandbox's sizes as the provider last reported them on a status read
     # (Daytona's `cpu`, `memory`, `disk`; the local provider measures disk).
-    # None is unknown, never 0: a cost needs them (issue 15 item 13).
+    # None is unknown, never 0: a cost needs them (docs/rules.md, what a kept
+    # sandbox costs).
     reported_cpu = models.FloatField(null=True, blank=True, help_text="vCPUs.")
     reported_memory_gib = models.FloatField(null=True, blank=True, help_text="GiB of memory.")
     reported_disk_gib = models.FloatField(null=True, blank=True, help_text="GiB of disk.")

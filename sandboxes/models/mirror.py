@@ -127,7 +127,8 @@ class Environment(MirroredModel):
         ),
     )
 
-    # The price table (issue 15 item 13): what a kept sandbox costs here, by the
+    # The price table (docs/rules.md, what a kept sandbox costs): what a kept
+    # sandbox costs here, by the
     # sizes the provider reports. Blank is "no price": its cost shows as unknown.
     price_currency = models.CharField(max_length=3, default="USD")
     price_vcpu_hour_running = models.DecimalField(

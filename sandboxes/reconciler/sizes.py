@@ -1,5 +1,5 @@
-"""The sizes a provider reports for each kept sandbox, for what it costs (issue 15
-item 13). A read only: allowed in every mode, observe included (docs/rules.md, what happens next).
+"""The sizes a provider reports for each kept sandbox, for what it costs (docs/rules.md,
+what a kept sandbox costs). A read only: allowed in every mode, observe included.
 
 Each pass reads a bounded number of open records whose sizes are unknown or
 older than a day, in environments that have a price table (without prices a

@@ -26,7 +26,7 @@ SHORT = (
     "k5_budget_outlasted",
     "k6_lease_repointed",
     "k7_toolbox_lies",
-    "issue10_rules",
+    "rule_shapes",
 )
 
 

@@ -1,5 +1,5 @@
-"""bin/sizes (`make sizes`) names what issue 14's closing note must justify:
-modules over the line limit and functions over theirs, migrations aside."""
+"""bin/sizes (`make sizes`) names what the product keeps at none (README, The two
+commands): modules over the line limit and functions over theirs, migrations aside."""
 
 import subprocess
 import sys

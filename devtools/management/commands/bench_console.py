@@ -29,7 +29,8 @@ from sandboxes.models.choices import ReceiptKind, RetirementKind, Stage
 
 BATCH = 5000
 LEASE_BATCH = 500
-# Issue 16: every console page at or under the admin changelist, in at most this many queries.
+# Every console page at or under the admin changelist, in at most this many
+# queries (README, Benchmarks and chaos runs).
 MAX_QUERIES = 12
 
 
