@@ -11,6 +11,16 @@ if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects by marker
+def pytest_collection_modifyitems(items):
+    """Every test hypothesis drives is `slow`: its tens to hundreds of examples
+    each make requests and queries, which is most of what the fuzz files cost.
+    `make check` leaves them out; the full suite (bin/test, CI) runs them."""
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def ingest_token(db):
     """(token row, raw bearer value) with ingest scope."""

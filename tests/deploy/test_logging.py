@@ -111,6 +111,7 @@ def _log_from_django(env_overrides: dict) -> str:
     return done.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_production_logs_are_json_by_default():
     entry = json.loads(_log_from_django({"DEBUG": "0"}))
     assert entry["message"] == "retired sbx-1"
@@ -118,6 +119,7 @@ def test_production_logs_are_json_by_default():
     assert (entry["pass_id"], entry["lease_id"], entry["attempt_id"]) == ("p-42", "l-7", "a-3")
 
 
+@pytest.mark.slow
 def test_debug_logs_are_text_unless_asked_for_json():
     line = _log_from_django({"DEBUG": "1"})
     assert "WARNING sandboxes.reconciler: retired sbx-1" in line
@@ -125,6 +127,7 @@ def test_debug_logs_are_text_unless_asked_for_json():
     assert json.loads(_log_from_django({"DEBUG": "1", "LOG_FORMAT": "json"}))["pass_id"] == "p-42"
 
 
+@pytest.mark.slow
 def test_an_unknown_log_format_refuses_to_start():
     env = {**os.environ, "DEBUG": "1", "LOG_FORMAT": "xml"}
     env["DJANGO_SETTINGS_MODULE"] = "paperclip_console.settings"

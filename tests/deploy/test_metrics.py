@@ -156,6 +156,7 @@ def test_provider_calls_are_timed_and_errors_counted(client, operator_token):
     )
 
 
+@pytest.mark.slow
 def test_provider_calls_in_another_process_reach_the_scrape(tmp_path):
     """With PROMETHEUS_MULTIPROC_DIR shared, the web server's scrape includes
     calls a q cluster worker made (here: another process)."""

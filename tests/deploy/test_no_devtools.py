@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from django.apps import apps
 
 from .helpers import PYTHON, ROOT, manage, production_env
@@ -32,12 +33,14 @@ def _installed(env: dict) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_production_does_not_install_devtools():
     installed = _installed(production_env())
     assert "sandboxes" in installed
     assert "devtools" not in installed
 
 
+@pytest.mark.slow
 def test_production_boots_and_passes_check_deploy_without_the_harness_commands():
     done = manage("check", "--deploy", "--fail-level", "WARNING", env=production_env())
     assert done.returncode == 0, done.stdout + done.stderr
@@ -48,6 +51,7 @@ def test_production_boots_and_passes_check_deploy_without_the_harness_commands()
     assert commands.isdisjoint(HARNESS_COMMANDS)
 
 
+@pytest.mark.slow
 def test_development_installs_devtools():
     env = production_env(DEBUG="1", SECRET_KEY=None, ALLOWED_HOSTS=None)
     assert "devtools" in _installed(env)

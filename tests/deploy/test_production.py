@@ -8,6 +8,9 @@ import pytest
 
 from .helpers import ROOT, gunicorn, manage, production_env
 
+# Every test here starts manage.py or gunicorn in a fresh process.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize(
     ("missing", "message"),
@@ -47,7 +50,6 @@ def test_check_deploy_flags_an_insecure_override():
     assert "security.W004" in done.stdout + done.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.django_db
 def test_gunicorn_serves_the_console_and_whitenoise_its_static_files(tmp_path, settings):
     db = settings.DATABASES["default"]

@@ -115,6 +115,7 @@ def test_a_bad_host_entry_is_refused(entry):
         split_host(entry)
 
 
+@pytest.mark.slow
 def test_a_bad_notify_allowed_hosts_stops_the_start_naming_it():
     env = {**os.environ, "NOTIFY_ALLOWED_HOSTS": "hooks.internal, https://10.0.0.5/"}
     env["DJANGO_SETTINGS_MODULE"] = "paperclip_console.test_settings"

@@ -164,6 +164,7 @@ def test_destroying_a_gone_sandbox_is_success(daytona, sim):
     assert [c["status"] for c in sim.calls(method="DELETE")] == [404, 404]
 
 
+@pytest.mark.slow
 def test_destroy_retries_while_a_state_change_is_in_progress(daytona, sim):
     box = seeded(daytona)
     sim.sandbox(box.id, conflict_seconds=1.0)
@@ -195,6 +196,7 @@ def test_5xx_that_persists_exhausts_the_budget_with_a_classified_error(simulator
     assert "budget" in str(error)
 
 
+@pytest.mark.slow
 def test_a_409_window_is_waited_out(daytona, sim):
     box = seeded(daytona)
     sim.sandbox(box.id, conflict_seconds=1.0)
@@ -202,6 +204,7 @@ def test_a_409_window_is_waited_out(daytona, sim):
     assert 409 in [c["status"] for c in sim.calls(operation="stop")]
 
 
+@pytest.mark.slow
 def test_legacy_400_state_change_in_progress_is_transient(daytona, sim):
     box = seeded(daytona)
     sim.faults(legacy_400=True)

@@ -165,6 +165,7 @@ def test_survives_thousands_of_calls():
         assert len(srv.control.calls()) == 2000
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="uses a subprocess on loopback")
 def test_the_management_command_serves_until_stopped():
     root = Path(__file__).resolve().parents[2]

@@ -94,6 +94,7 @@ def test_two_reconcilers_never_destroy_a_sandbox_twice(simulator):
     assert not m.Retirement.objects.exclude(attempt_id=None).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_destroy_under_way_is_awaited_by_reading_not_sent_again(at_checkpoint):
     """A worker died right after its DELETE was received: the next one finds the

@@ -61,6 +61,7 @@ def drop_at(at_checkpoint):
     return arm
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "point", ["compare:before_receipt", "export:before_receipt", "retire:after_destroy"]
 )

@@ -71,6 +71,7 @@ def test_a_pass_that_still_beats_is_left_alone(reconcile):
     assert alive.status == "running"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_pass_of_a_process_gone_from_this_host_is_interrupted_at_once(reconcile):
     """The cluster restarted: its worker's process is gone, though the pass
@@ -82,6 +83,7 @@ def test_a_pass_of_a_process_gone_from_this_host_is_interrupted_at_once(reconcil
     assert gone.last_seen_at < gone.interrupted_at
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_pass_of_a_live_process_on_this_host_is_left_alone(reconcile):
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -80,6 +80,7 @@ def test_a_workspace_no_longer_saved_is_not_destroyed_and_retries(world):
         assert "no longer saved" in r.last_error
 
 
+@pytest.mark.slow
 def test_a_sandbox_stuck_mid_transition_is_retried_until_gone(world):
     story = replaced(world)
     world.load(story.events)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -20,6 +22,7 @@ def test_it_writes_into_the_scratch_folder(tmp_path_factory):
 """
 
 
+@pytest.mark.slow
 def test_it_leaves_no_scratch_folder_after_a_pytest_run(tmp_path):
     probe_dir = tmp_path / "probe"
     probe_dir.mkdir()

@@ -79,6 +79,7 @@ def test_a_toolbox_on_another_host_never_receives_the_key(simulator, stranger):
     assert "toolbox hosts" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_an_allowlisted_toolbox_host_does_receive_it(simulator, stranger):
     server, url = stranger
     sid = _seed(simulator)

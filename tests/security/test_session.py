@@ -30,6 +30,7 @@ def _login(client, username, password=PASSWORD, **extra):
 # --- cookies and sessions ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_production_settings_mark_cookies_secure():
     """The flags DEBUG=off gives, read from the real settings module in a fresh process."""
     env = {
