@@ -7,9 +7,10 @@ provider. The one world builder for the reconciler's end-to-end tests.
   builds one task's events in the wire format (DOMAIN §4.1) with increasing
   `occurred_at`; `world.sandbox()` seeds a sandbox the way one seeds Daytona
   (a name, then files under the workspace root).
-- `provider` (conftest.py): the same test against the simulator, then the
-  local provider (`Sim`, `Local`), fed one seed's events by `abandoned_warm`
-  and `load`.
+- `provider`: the same test against the simulator, then the local provider
+  (`Sim`, `Local`), fed one seed's events by `abandoned_warm` and `load`.
+
+conftest.py exposes the three fixtures to every test in this folder.
 
 The events come from the one builder (devtools/events.py); the lease metadata
 key `remoteCwd` is Paperclip's (its sandbox environment driver records the
