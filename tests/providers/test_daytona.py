@@ -182,6 +182,7 @@ def test_5xx_recovers_within_the_budget(daytona, sim):
     assert [c["status"] for c in sim.calls(operation="get")][-3:] == [503, 503, 200]
 
 
+@pytest.mark.slow
 def test_5xx_that_persists_exhausts_the_budget_with_a_classified_error(simulator, sim):
     client = make_client(simulator.url, budget_seconds=0.5)
     box = client.create("b", {})
@@ -247,6 +248,7 @@ def test_dropped_connections_are_retried(daytona, sim):
     assert [c["status"] for c in sim.calls(operation="stop")][:2] == [0, 0]
 
 
+@pytest.mark.slow
 def test_connections_that_always_drop_exhaust_the_budget(simulator, sim):
     client = make_client(simulator.url, budget_seconds=0.4)
     box = client.create("b", {})
@@ -263,6 +265,7 @@ def test_latency_below_the_timeout_is_tolerated(daytona, sim):
     assert daytona.stop(box.id).state == SandboxState.STOPPED
 
 
+@pytest.mark.slow
 def test_latency_beyond_the_request_timeout_is_a_transient_timeout(simulator, sim):
     client = make_client(simulator.url, budget_seconds=0.6, request_timeout=0.1)
     box = client.create("b", {})
@@ -272,6 +275,7 @@ def test_latency_beyond_the_request_timeout_is_a_transient_timeout(simulator, si
     assert "timed out" in str(raised.value)
 
 
+@pytest.mark.slow
 def test_a_stuck_transition_fails_with_the_state_it_is_stuck_in(simulator, sim):
     client = make_client(simulator.url, budget_seconds=0.4)
     box = client.create("b", {})
