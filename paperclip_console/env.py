@@ -71,3 +71,32 @@ def envhosts(name: str, default: list[str]) -> list[str]:
                 f"[fd00::1]:443), got {item!r}"
             ) from None
     return envlist(name, default)
+
+
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+def envapiurl(name: str) -> str:
+    """An API's base URL (scheme://host[:port][/prefix]) or "" when unset. https,
+    or http to a loopback host only (a key is sent there); a bad value stops the
+    start, naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    scheme, sep, rest = raw.partition("://")
+    authority = rest.split("/", 1)[0]
+    problem = ""
+    if not sep or scheme.lower() not in ("http", "https") or not authority:
+        problem = "must be an http(s) URL such as https://paperclip.example.com"
+    elif any(c in raw for c in "?#@ "):
+        problem = "must not carry credentials, a query or a fragment"
+    else:
+        try:
+            host, _port = split_host(authority)
+        except ValueError:
+            host, problem = "", "names no valid host[:port]"
+        if not problem and scheme.lower() == "http" and host not in _LOOPBACK:
+            problem = "must use https (the API key is sent to it); http is for loopback only"
+    if problem:
+        raise ImproperlyConfigured(f"{name} {problem}, got {raw!r}")
+    return raw.rstrip("/")

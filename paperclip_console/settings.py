@@ -6,7 +6,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from paperclip_console.env import envbool, envhosts, envint, envlist
+from paperclip_console.env import envapiurl, envbool, envhosts, envint, envlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONSOLE_VAR_DIR", BASE_DIR / "var"))
@@ -198,6 +198,21 @@ DAYTONA_TOOLBOX_HOSTS = envlist("DAYTONA_TOOLBOX_HOSTS", [])
 LOCAL_SANDBOX_ROOT = Path(os.environ.get("LOCAL_SANDBOX_ROOT", VAR_DIR / "sandboxes"))
 PROVIDER_STEP_BUDGET_SECONDS = envint("PROVIDER_STEP_BUDGET_SECONDS", 90)
 PROVIDER_MAX_CONCURRENCY = envint("PROVIDER_MAX_CONCURRENCY", 8)
+
+# Paperclip's own API (README: Attaching salvage to the Paperclip task): a
+# verified export is also attached to the task as zip parts. The key is read from
+# PAPERCLIP_API_KEY in the environment when it is sent, and only to this URL's
+# host. Unset: nothing is attached. The part ceiling stays under Paperclip's
+# PAPERCLIP_ATTACHMENT_MAX_BYTES (10 MiB by default, server/src/attachment-types.ts).
+PAPERCLIP_API_URL = envapiurl("PAPERCLIP_API_URL")
+PAPERCLIP_ATTACHMENT_MAX_BYTES = envint("PAPERCLIP_ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024 - 65536)
+if PAPERCLIP_ATTACHMENT_MAX_BYTES < 16 * 1024:
+    raise ImproperlyConfigured(
+        "PAPERCLIP_ATTACHMENT_MAX_BYTES must be at least 16384 (a part holds its "
+        f"MANIFEST.json), got {PAPERCLIP_ATTACHMENT_MAX_BYTES}"
+    )
+PAPERCLIP_UPLOADS_PER_PASS = envint("PAPERCLIP_UPLOADS_PER_PASS", 20)
+PAPERCLIP_TIMEOUT_SECONDS = envint("PAPERCLIP_TIMEOUT_SECONDS", 60)
 
 # Metrics (/metrics): an operator-scope API token, or this shared secret for a
 # Prometheus scraper (`Authorization: Bearer <METRICS_TOKEN>`). Empty: tokens only.

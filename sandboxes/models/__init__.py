@@ -31,6 +31,7 @@ from .notifications import (
     NotificationType,
 )
 from .passes import ReconcilerPass
+from .uploads import PaperclipUpload
 
 __all__ = [
     "AppendOnlyError",
@@ -51,6 +52,7 @@ __all__ = [
     "NotificationType",
     "Issue",
     "LeaseIntent",
+    "PaperclipUpload",
     "PendingExport",
     "ReconcilerPass",
     "Receipt",

@@ -118,6 +118,16 @@ class ReceiptKind(models.TextChoices):
     RETIREMENT = "retirement"
     APPROVAL = "approval"
     OPERATOR_ATTESTED = "operator_attested"
+    # The export attached to the Paperclip task and read back (sandboxes/paperclip/).
+    PAPERCLIP_ATTACHMENT = "paperclip_attachment"
+
+
+class UploadStatus(models.TextChoices):
+    """A verified export's attachment to the Paperclip task (models/uploads.py)."""
+
+    PENDING = "pending"  # not tried yet, or waiting for the task's company
+    ATTACHED = "attached"  # every part attached and read back: a receipt says so
+    REFUSED = "refused"  # Paperclip refused or could not be reached: retried
 
 
 PROVIDER_RECEIPT_KINDS = (ReceiptKind.TERMINATION, ReceiptKind.STOP_AND_RETAIN)

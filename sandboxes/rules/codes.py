@@ -70,6 +70,8 @@ class ReceiptKind(StrEnum):
     RETIREMENT = "retirement"
     APPROVAL = "approval"
     OPERATOR_ATTESTED = "operator_attested"
+    # The export attached to the Paperclip task and read back (sandboxes/paperclip/).
+    PAPERCLIP_ATTACHMENT = "paperclip_attachment"
 
 
 class LeaseStatus(StrEnum):
