@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.mirror",
             "sandboxes.notifications",
             "sandboxes.paging",
+            "sandboxes.paperclip",
             "sandboxes.proof",
             "sandboxes.receipts",
             "sandboxes.roles",
