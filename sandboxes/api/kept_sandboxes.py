@@ -53,6 +53,24 @@ def detail(r: Retirement) -> dict:
             {"kind": x.kind, "confirmed_at": _iso(x.confirmed_at), "payload": x.payload}
             for x in receipts
         ],
+        "paperclip_uploads": [_upload(u) for u in r.paperclip_uploads.order_by("created_at")],
+    }
+
+
+def _upload(u) -> dict:
+    """The export's attachment to the Paperclip task (docs/rules.md, salvage on the task)."""
+    return {
+        "export_receipt_id": str(u.export_receipt_id),
+        "status": u.status,
+        "words": u.words,
+        "attempts": u.attempts,
+        "last_error": u.last_error,
+        "last_status_code": u.last_status_code,
+        "next_attempt_at": _iso(u.next_attempt_at) if u.status != "attached" else None,
+        "issue_id": str(u.issue_id),
+        "company_id": str(u.company_id) if u.company_id else None,
+        "attachment_ids": u.attachment_ids,
+        "parts": u.parts,
     }
 
 

@@ -22,7 +22,7 @@ from sandboxes.costs import fleet_costs
 from sandboxes.logging import log_context
 from sandboxes.models import Environment, ReconcilerPass, Retirement
 
-from . import changes, claims, machine, sizes
+from . import changes, claims, machine, paperclip_uploads, sizes
 from .listing import evaluate_fleet, sync_retirements
 from .liveness import Heartbeat, interrupt_gone, worker_name
 from .preservation import record_preservation_sources, resolve_preservation_actions
@@ -149,6 +149,7 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
     beat.beat(force=not record.listing.get("reused"))
     _refresh_sizes(w, env_id, started)
     worked = _work_due(env_id, w, errors, beat, progress, progress_every)
+    _attach_to_paperclip(errors)
     record = _db_retry(lambda: _finish(record, env_id, started, w, errors), "finishing the pass")
     log.info(
         "pass finished: %s worked, %s advanced, %s retired, %s failed, %s errors",
@@ -191,6 +192,23 @@ def _refresh_sizes(w: Worker, env_id, started) -> None:
     except claims.DB_LOST as exc:
         log.warning("sizes: database connection lost: %s", exc)
         claims.reset_connection()
+
+
+def _attach_to_paperclip(errors: list) -> None:
+    """After the records, apart from them: verified exports attached to their
+    Paperclip task (paperclip_uploads.py). A failure here fails no record."""
+    try:
+        done = paperclip_uploads.sweep()
+    except claims.DB_LOST as exc:
+        log.warning("paperclip uploads: database connection lost: %s", exc)
+        claims.reset_connection()
+        return
+    except Exception as exc:
+        log.exception("paperclip uploads failed")
+        errors.append({"step": "paperclip", "error": f"{type(exc).__name__}: {exc}"[:500]})
+        return
+    if done is not None and (done.attached or done.failed):
+        log.info("paperclip uploads: %s attached, %s not yet", done.attached, done.failed)
 
 
 def _work_due(env_id, w: Worker, errors: list, beat: Heartbeat, progress, progress_every) -> int:

@@ -191,6 +191,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         or (["a hold"] if r.stage == Stage.HELD else []),
         "leases": leases,
         "receipts": [_receipt_view(x, attachments, r, fingerprint) for x in receipts],
+        "paperclip_uploads": list(r.paperclip_uploads.order_by("created_at")),
         "proof": proof,
         "approved": approved,
         "is_open": is_open,
