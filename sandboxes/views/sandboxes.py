@@ -246,14 +246,22 @@ def sandbox_by_id(request, sandbox_id):
 
 def detail_fingerprint(r: Retirement) -> str:
     """Changes whenever the live parts of a sandbox's page would: the record, its
-    receipts and its audit rows. Two small aggregates beside the record itself."""
+    receipts, its audit rows and its exports' attachment to the Paperclip task.
+    Three small aggregates beside the record itself."""
     receipts = Receipt.objects.of_sandbox(r.provider, r.provider_lease_id).aggregate(
         n=Count("id"), last=Max("created_at")
     )
     events = AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).aggregate(
         n=Count("id"), last=Max("at")
     )
-    state = (r.updated_at, r.stage, tuple(receipts.values()), tuple(events.values()))
+    uploads = r.paperclip_uploads.aggregate(last=Max("updated_at"))
+    state = (
+        r.updated_at,
+        r.stage,
+        tuple(receipts.values()),
+        tuple(events.values()),
+        uploads["last"],
+    )
     return hashlib.sha256(repr(state).encode()).hexdigest()[:20]
 
 

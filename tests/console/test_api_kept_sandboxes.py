@@ -99,7 +99,9 @@ def test_it_shows_one_sandbox_in_the_documented_shape(client, operator_token, aw
         "next_attempt_at",
         "needs_attention",
         "receipts",
+        "paperclip_uploads",
     }
+    assert data["paperclip_uploads"] == []
     assert data["sandbox_id"] == awaiting.provider_lease_id
     assert data["lease_id"] == str(awaiting.lease_id)
     assert data["stage"] == "awaiting_approval"

@@ -256,3 +256,32 @@ def test_without_paperclip_api_url_nothing_changes(dirty, pc, reconcile, setting
     assert retirement_of(lease).stage == m.Stage.RETIRED
     assert not m.PaperclipUpload.objects.exists()
     assert pc.state.requests == []
+
+
+def test_the_live_page_moves_when_the_upload_does(dirty, pc, reconcile):
+    """A second refusal writes no receipt and leaves the closed record as it is;
+    the page's poll still sees the new words."""
+    from sandboxes.views.sandboxes import detail_fingerprint
+
+    lease = dirty()
+    pc.state.faults = {"error"}
+    reconcile()
+    r = retirement_of(lease)
+    due_now(upload_of(lease))
+    before = detail_fingerprint(r)
+    reconcile()
+    assert upload_of(lease).attempts == 2
+    assert detail_fingerprint(r) != before
+
+
+def test_a_part_over_paperclips_own_ceiling_is_refused_in_words(dirty, pc, reconcile, settings):
+    """Paperclip answers 422 "Attachment exceeds N bytes" (multer's
+    LIMIT_FILE_SIZE, issues.ts @ 42467257fb96), not 413."""
+    lease = dirty(files={**SAVED, "big.bin": b"b" * 40_000})
+    settings.PAPERCLIP_ATTACHMENT_MAX_BYTES = 100_000
+    pc.state.max_bytes = 20_000
+    reconcile()
+    upload = upload_of(lease)
+    assert upload.status == m.UploadStatus.REFUSED and upload.last_status_code == 422
+    assert "Attachment exceeds 20000 bytes" in upload.last_error
+    assert retirement_of(lease).stage == m.Stage.RETIRED
