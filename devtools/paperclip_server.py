@@ -37,6 +37,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -73,6 +74,7 @@ class State:
     attachments: dict[str, dict] = field(default_factory=dict)
     faults: set[str] = field(default_factory=set)
     redirect_to: str = ""
+    upload_delay: float = 0.0  # seconds an upload takes, for overlapping workers
     requests: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -129,6 +131,7 @@ class Handler(BaseHTTPRequestHandler):
         if not match:
             return self._answer(404, {"error": "Not found"})
         company, issue = match.groups()
+        time.sleep(self.state.upload_delay)
         if "error" in self.state.faults:
             return self._answer(500, {"error": "Internal server error"})
         if "too_large" in self.state.faults:

@@ -195,6 +195,33 @@ class RetirementFactory(DjangoModelFactory):
     stage = m.Stage.LISTED
 
 
+class PaperclipUploadFactory(DjangoModelFactory):
+    """An export's attachment to the Paperclip task, with both of its receipts
+    (so every status, `attached` too, is admitted)."""
+
+    class Meta:
+        model = m.PaperclipUpload
+
+    retirement = factory.SubFactory(RetirementFactory)
+    export_receipt = factory.SubFactory(
+        ReceiptFactory,
+        lease=factory.SelfAttribute("..retirement.lease"),
+        retirement=factory.SelfAttribute("..retirement"),
+        kind=m.ReceiptKind.SALVAGE_EXPORT,
+        state=None,
+        payload={"verified": True, "files": [], "deleted": []},
+    )
+    receipt = factory.SubFactory(
+        ReceiptFactory,
+        lease=factory.SelfAttribute("..retirement.lease"),
+        retirement=factory.SelfAttribute("..retirement"),
+        kind=m.ReceiptKind.PAPERCLIP_ATTACHMENT,
+        state=None,
+    )
+    issue_id = factory.LazyAttribute(lambda o: o.retirement.lease.issue_id)
+    next_attempt_at = factory.LazyFunction(timezone.now)
+
+
 class AttachmentFactory(DjangoModelFactory):
     class Meta:
         model = m.Attachment

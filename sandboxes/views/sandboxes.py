@@ -167,6 +167,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         attachments.setdefault(a.sha256, a)
     user = request.user
     is_open = r.is_open
+    uploads = list(r.paperclip_uploads.order_by("created_at"))
     holds = [{"code": code, "text": explanation(code, r.hold_reasons)} for code in (r.holds or [])]
     events = list(
         AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).order_by("-at")[:HISTORY_ROWS]
@@ -179,7 +180,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
     return {
         "r": r,
         "daily_cost": daily_cost(r) if is_open else None,
-        "fp": detail_fingerprint(r),
+        "fp": detail_fingerprint(r, uploads),
         "live_trigger": LIVE_TRIGGER,
         "history": history,
         "holds": holds,
@@ -191,7 +192,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         or (["a hold"] if r.stage == Stage.HELD else []),
         "leases": leases,
         "receipts": [_receipt_view(x, attachments, r, fingerprint) for x in receipts],
-        "paperclip_uploads": list(r.paperclip_uploads.order_by("created_at")),
+        "paperclip_uploads": uploads,
         "proof": proof,
         "approved": approved,
         "is_open": is_open,
@@ -244,23 +245,27 @@ def sandbox_by_id(request, sandbox_id):
     return _detail_response(request, r)
 
 
-def detail_fingerprint(r: Retirement) -> str:
+def detail_fingerprint(r: Retirement, uploads: list | None = None) -> str:
     """Changes whenever the live parts of a sandbox's page would: the record, its
     receipts, its audit rows and its exports' attachment to the Paperclip task.
-    Three small aggregates beside the record itself."""
+    Three small aggregates beside the record itself (two when the page has read
+    the record's uploads already, `uploads`)."""
     receipts = Receipt.objects.of_sandbox(r.provider, r.provider_lease_id).aggregate(
         n=Count("id"), last=Max("created_at")
     )
     events = AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).aggregate(
         n=Count("id"), last=Max("at")
     )
-    uploads = r.paperclip_uploads.aggregate(last=Max("updated_at"))
+    if uploads is None:
+        last_upload = r.paperclip_uploads.aggregate(last=Max("updated_at"))["last"]
+    else:
+        last_upload = max((u.updated_at for u in uploads), default=None)
     state = (
         r.updated_at,
         r.stage,
         tuple(receipts.values()),
         tuple(events.values()),
-        uploads["last"],
+        last_upload,
     )
     return hashlib.sha256(repr(state).encode()).hexdigest()[:20]
 

@@ -24,6 +24,7 @@ FACTORIES = {
     m.NotificationChannel: f.NotificationChannelFactory,
     m.NotificationEvent: f.NotificationEventFactory,
     m.NotificationDelivery: f.NotificationDeliveryFactory,
+    m.PaperclipUpload: f.PaperclipUploadFactory,
 }
 
 
@@ -60,6 +61,7 @@ def test_every_enum_field_is_covered():
         "Retirement.kind",
         "Retirement.stage",
         "ApiToken.scope",
+        "PaperclipUpload.status",
     } <= names
 
 
@@ -111,3 +113,9 @@ def test_any_provider_key_is_mirrored_but_never_an_empty_one(factory):
         assert factory(provider=key).provider == key
     with pytest.raises(IntegrityError), transaction.atomic():
         factory(provider="")
+
+
+def test_an_attached_upload_names_its_receipt():
+    row = f.PaperclipUploadFactory(receipt=None, status=m.UploadStatus.REFUSED)
+    with pytest.raises(IntegrityError, match="attached_has_receipt"), transaction.atomic():
+        m.PaperclipUpload.objects.filter(pk=row.pk).update(status=m.UploadStatus.ATTACHED)

@@ -4,12 +4,15 @@ written from paperclipai/paperclip server/src/routes/issues.ts @ 42467257fb96,
 server/src/attachment-types.ts @ 07e80be34764, server/src/middleware/auth.ts
 @ 027bd8cc9602 and server/src/routes/authz.ts @ 09cec30c4792)."""
 
+import threading
+import time
 import uuid
 
 import httpx
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import default_storage
+from django.db import connection
 
 from devtools.paperclip_server import FakePaperclip
 from paperclip_console.env import envapiurl
@@ -165,3 +168,32 @@ def test_a_bad_api_url_stops_the_start_naming_the_variable(monkeypatch, value, w
 def test_a_good_api_url_is_read(monkeypatch, value, read):
     monkeypatch.setenv("PAPERCLIP_API_URL", value)
     assert envapiurl("PAPERCLIP_API_URL") == read
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_attach_an_export_once(task, pc):
+    """The second worker starts while the first is uploading: the row is claimed
+    (claimed_until, SKIP LOCKED), so it is not sent twice."""
+    export = export_of(task, FILES)
+    pc.state.upload_delay = 0.6
+    errors = []
+
+    def worker():
+        try:
+            paperclip_uploads.sweep()
+        except Exception as exc:  # pragma: no cover - shown by the assert
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=worker)
+    first.start()
+    time.sleep(0.3)  # the first has claimed the row and is uploading
+    second = threading.Thread(target=worker)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert errors == []
+    assert len(pc.attachments_of(task.issue_id)) == 1
+    assert row_of(export).status == m.UploadStatus.ATTACHED
+    assert m.Receipt.objects.filter(kind=m.ReceiptKind.PAPERCLIP_ATTACHMENT).count() == 1
