@@ -223,6 +223,10 @@ def work(row_id, attempt_id, api: PaperclipClient) -> bool:
     except OSError as exc:
         _fail(row_id, attempt_id, f"the console's storage could not be read: {exc}", None)
         return False
+    except Exception as exc:  # shown on the row, and the sweep goes on to the next
+        log.exception("paperclip upload %s failed unexpectedly", row_id)
+        _fail(row_id, attempt_id, f"unexpected error: {type(exc).__name__}: {exc}", None)
+        return False
     _attached(row_id, attempt_id, company, entries)
     return True
 

@@ -197,3 +197,23 @@ def test_two_workers_attach_an_export_once(task, pc):
     assert len(pc.attachments_of(task.issue_id)) == 1
     assert row_of(export).status == m.UploadStatus.ATTACHED
     assert m.Receipt.objects.filter(kind=m.ReceiptKind.PAPERCLIP_ATTACHMENT).count() == 1
+
+
+@pytest.mark.django_db
+def test_an_unexpected_error_is_shown_on_the_row_and_the_sweep_goes_on(task, pc, monkeypatch):
+    first = export_of(task, FILES)
+    other = f.EnvironmentLeaseFactory(issue__company_id=COMPANY)
+    pc.add_issue(other.issue_id, COMPANY)
+    second = export_of(other, {"c.txt": b"c\n"})
+    real = paperclip_uploads.archive.parts
+
+    def parts(export, *args):
+        if export.pk == first.pk:
+            raise RuntimeError("a bug in packing")
+        return real(export, *args)
+
+    monkeypatch.setattr(paperclip_uploads.archive, "parts", parts)
+    paperclip_uploads.sweep()
+    assert row_of(first).status == m.UploadStatus.REFUSED
+    assert "unexpected error: RuntimeError: a bug in packing" in row_of(first).last_error
+    assert row_of(second).status == m.UploadStatus.ATTACHED
