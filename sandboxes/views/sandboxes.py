@@ -147,6 +147,12 @@ def _salvaged(receipts: list[Receipt]) -> dict | None:
     return {"exports": len(exports), "files": len(files), "bytes": size}
 
 
+def _uploads_and_fingerprint(r: Retirement) -> dict:
+    """The record's Paperclip uploads, read once, and the page's fingerprint from them."""
+    uploads = list(r.paperclip_uploads.order_by("created_at"))
+    return {"paperclip_uploads": uploads, "fp": detail_fingerprint(r, uploads)}
+
+
 def detail_context(request, r: Retirement, *, error: str = "", notice: str = "") -> dict:
     receipts = list(
         Receipt.objects.of_sandbox(r.provider, r.provider_lease_id).select_related("retirement")
@@ -167,7 +173,6 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         attachments.setdefault(a.sha256, a)
     user = request.user
     is_open = r.is_open
-    uploads = list(r.paperclip_uploads.order_by("created_at"))
     holds = [{"code": code, "text": explanation(code, r.hold_reasons)} for code in (r.holds or [])]
     events = list(
         AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).order_by("-at")[:HISTORY_ROWS]
@@ -180,7 +185,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
     return {
         "r": r,
         "daily_cost": daily_cost(r) if is_open else None,
-        "fp": detail_fingerprint(r, uploads),
+        **_uploads_and_fingerprint(r),
         "live_trigger": LIVE_TRIGGER,
         "history": history,
         "holds": holds,
@@ -192,7 +197,6 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         or (["a hold"] if r.stage == Stage.HELD else []),
         "leases": leases,
         "receipts": [_receipt_view(x, attachments, r, fingerprint) for x in receipts],
-        "paperclip_uploads": uploads,
         "proof": proof,
         "approved": approved,
         "is_open": is_open,
