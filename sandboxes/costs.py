@@ -108,12 +108,32 @@ def daily_cost_expression():
     )
 
 
+CENT = Decimal("0.01")
+
+
 def money(value: Decimal | None, currency: str = "USD") -> str:
+    """ "$1.32"; a cost above zero that rounds to nothing reads "< $0.01", never
+    "$0.00" (a price and a size are known, the amount is just small)."""
     if value is None:
         return "unknown"
     symbol = {"USD": "$", "EUR": "€", "GBP": "£"}.get(currency)
-    amount = f"{value:,.2f}"
-    return f"{symbol}{amount}" if symbol else f"{amount} {currency}"
+    small = 0 < value < CENT / 2
+    amount = f"{(CENT if small else value):,.2f}"
+    text = f"{symbol}{amount}" if symbol else f"{amount} {currency}"
+    return f"< {text}" if small else text
+
+
+def storage_bytes_expression():
+    """What a record keeps on disk, in bytes: the provider's reported disk when
+    read, else the workspace's size from the last compare; NULL when neither."""
+    from django.db.models import BigIntegerField
+    from django.db.models.functions import Coalesce
+
+    return Coalesce(
+        Cast(F("reported_disk_gib") * Value(2**30), BigIntegerField()),
+        F("size_bytes"),
+        output_field=BigIntegerField(),
+    )
 
 
 def fleet_costs(scope: Q | None = None) -> dict:

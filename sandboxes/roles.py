@@ -10,6 +10,7 @@ _OPERATOR = _REVIEWER + [
     "sandboxes.approve_retirement",
     "sandboxes.retry_retirement",
     "sandboxes.hold_retirement",
+    "sandboxes.run_pass",
 ]
 _ADMIN = _OPERATOR + [
     "sandboxes.attest_retirement",
@@ -24,7 +25,7 @@ ASSIGN_ROLES = "auth.change_user"
 ROLES = {"reviewer": REVIEWERS, "operator": OPERATORS, "admin": ADMINS}
 ROLE_WORDS = {
     "reviewer": "reads everything, exports the audit trail and downloads salvage",
-    "operator": "also approves, retries and holds",
+    "operator": "also approves, retries, holds and runs a reconciler pass now",
     "admin": "also attests, edits policy, manages tokens and users",
 }
 

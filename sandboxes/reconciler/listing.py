@@ -90,6 +90,9 @@ class SyncResult:
     candidates: int = 0
     created: int = 0
     dismissed: int = 0
+    # The records this sync listed (created) and dismissed, for the pass's page.
+    listed_ids: list = field(default_factory=list)
+    dismissed_ids: list = field(default_factory=list)
     held: int = 0
     released: int = 0
     by_kind: dict = field(default_factory=dict)
@@ -218,11 +221,14 @@ def _write(plan: _Plan, result: SyncResult, now) -> None:
             stage__in=(*STAGES_CLOSED, Stage.HELD)
         ).update(next_attempt_at=now, updated_at=now)
     if plan.to_dismiss:
-        result.dismissed = _dismiss(plan.to_dismiss, now, unclaimed)
-    result.created = _create(plan.creates)
+        result.dismissed_ids = _dismiss(plan.to_dismiss, now, unclaimed)
+        result.dismissed = len(result.dismissed_ids)
+    result.listed_ids = _create(plan.creates)
+    result.created = len(result.listed_ids)
 
 
-def _create(creates: list[Retirement]) -> int:
+def _create(creates: list[Retirement]) -> list[str]:
+    """Insert the new records; returns their ids."""
     if creates:
         # Belt and braces: a lease whose sandbox was retired is never listed
         # again on that sandbox (a lease moved since names another one).
@@ -235,11 +241,13 @@ def _create(creates: list[Retirement]) -> int:
             c for c in creates if (c.lease_id, c.provider, c.provider_lease_id) not in retired
         ]
     if creates:
-        return len(Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None))
-    return 0
+        made = Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None)
+        return [str(c.pk) for c in made]
+    return []
 
 
-def _dismiss(reasons: dict, now, unclaimed: Q) -> int:
+def _dismiss(reasons: dict, now, unclaimed: Q) -> list[str]:
+    """Close the records as dismissed (those not claimed meanwhile); returns their ids."""
     with transaction.atomic():
         rows = list(
             Retirement.objects.select_for_update(skip_locked=True)
@@ -248,7 +256,7 @@ def _dismiss(reasons: dict, now, unclaimed: Q) -> int:
             .values("id", "stage", "kind", "provider_lease_id")
         )
         if not rows:
-            return 0
+            return []
         ids = [r["id"] for r in rows]
         reason_of = {r["id"]: reasons[r["id"]] for r in rows}
         Retirement.objects.filter(pk__in=ids).update(
@@ -274,4 +282,4 @@ def _dismiss(reasons: dict, now, unclaimed: Q) -> int:
                 for r in rows
             ]
         )
-    return len(rows)
+    return [str(pk) for pk in ids]

@@ -21,6 +21,7 @@ from django.utils import timezone
 from sandboxes.costs import fleet_costs
 from sandboxes.logging import log_context
 from sandboxes.models import Environment, ReconcilerPass, Retirement
+from sandboxes.models.passes import RECORDS_KEPT
 
 from . import changes, claims, machine, paperclip_uploads, sizes
 from .listing import evaluate_fleet, sync_retirements
@@ -127,6 +128,8 @@ def _listing(record: ReconcilerPass, env_id, started) -> None:
     resolve_preservation_actions(env_id)
     sync = sync_retirements(env_id, now=started)
     record.candidates = sync.candidates
+    _touched(record.records, "listed", sync.listed_ids)
+    _touched(record.records, "dismissed", sync.dismissed_ids)
     record.listing = changes.listing_state(start, started, sync.due_at, sync.candidates)
     changes.prune(started)
     log.info(
@@ -148,7 +151,7 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
     # A full listing is a pass's slow part; a reused one takes no time to report.
     beat.beat(force=not record.listing.get("reused"))
     _refresh_sizes(w, env_id, started)
-    worked = _work_due(env_id, w, errors, beat, progress, progress_every)
+    worked = _work_due(env_id, w, errors, beat, progress, progress_every, record.records)
     _attach_to_paperclip(errors)
     record = _db_retry(lambda: _finish(record, env_id, started, w, errors), "finishing the pass")
     log.info(
@@ -211,10 +214,19 @@ def _attach_to_paperclip(errors: list) -> None:
         log.info("paperclip uploads: %s attached, %s not yet", done.attached, done.failed)
 
 
-def _work_due(env_id, w: Worker, errors: list, beat: Heartbeat, progress, progress_every) -> int:
+def _touched(records: dict, what: str, ids: list) -> None:
+    """Note on the pass which records it `what` (listed, advanced, …), bounded."""
+    if ids:
+        kept = records.setdefault(what, [])
+        kept.extend(str(pk) for pk in ids[: max(RECORDS_KEPT - len(kept), 0)])
+
+
+def _work_due(
+    env_id, w: Worker, errors: list, beat: Heartbeat, progress, progress_every, touched: dict
+) -> int:
     """Claim and advance due records one at a time until none is left (or the
     database keeps dropping), beating between them; returns how many records
-    were worked."""
+    were worked, and notes each in `touched` by what became of it."""
     seen: set = set()
     db_errors = 0  # consecutive
     last_progress = time.monotonic()
@@ -232,7 +244,16 @@ def _work_due(env_id, w: Worker, errors: list, beat: Heartbeat, progress, progre
         if claim is None:
             break
         seen.add(claim.retirement_id)
+        before = (w.advanced, w.retired, w.failed, len(errors))
         db_errors = _advance(claim, w, errors, db_errors)
+        for what, was, now in zip(
+            ("advanced", "retired", "failed", "failed"),
+            before,
+            (w.advanced, w.retired, w.failed, len(errors)),
+            strict=True,
+        ):
+            if now > was and str(claim.retirement_id) not in touched.get(what, ()):
+                _touched(touched, what, [claim.retirement_id])
         if progress and time.monotonic() - last_progress >= progress_every:
             last_progress = time.monotonic()
             progress(f"… {len(seen)} records worked, {w.retired} retired, {w.failed} failed")

@@ -1,7 +1,11 @@
-"""Small template helpers for the console: labels, lookups and payload shapes."""
+"""Small template helpers for the console: labels, lookups, payload shapes, and
+the one way to show a time (`when`), a duration (`duration`) and a size
+(`size`, `gib`), all from sandboxes.views.humanize."""
 
 from django import template
+from django.utils import timezone
 
+from sandboxes.views import humanize
 from sandboxes.views.humanize import change_rows, hold_phrase
 from sandboxes.views.humanize import short as _short
 
@@ -78,3 +82,48 @@ def action_words(action):
     from sandboxes.audit import ACTIONS
 
     return ACTIONS.get(action) or label(str(action).split(".", 1)[-1])
+
+
+@register.filter
+def when(moment, style=""):
+    """`<time datetime="ISO" title="absolute UTC">20 s ago</time>`; with
+    "both", the absolute time follows the relative one in the text too."""
+    if not moment:
+        return humanize.DASH
+    if style == "both":
+        now = timezone.now()
+        text = f"{humanize.relative(moment, now)} · {humanize.absolute(moment)}"
+        return humanize.time_element(moment, now, text=text)
+    return humanize.time_element(moment)
+
+
+@register.filter
+def duration(value):
+    """A timedelta or a number of seconds: "40 s", "5 min", "1 d 4 h"."""
+    return humanize.duration(value)
+
+
+@register.filter
+def hours(value):
+    """A number of hours, in the one duration format."""
+    return humanize.duration(None if value is None else float(value) * 3600)
+
+
+@register.filter
+def size(n_bytes):
+    """Bytes for people: "12 KiB", "2.4 GiB"."""
+    return humanize.size(n_bytes)
+
+
+@register.filter
+def gib(value):
+    """A provider-reported GiB size for people: "2.4 GiB"."""
+    return humanize.size_gib(value)
+
+
+@register.inclusion_tag("sandboxes/_heartbeat.html")
+def heartbeat():
+    """The reconciler's heartbeat, on every page (one query: ReconcilerPass.objects.pulse)."""
+    from sandboxes.models import ReconcilerPass
+
+    return {"pulse": ReconcilerPass.objects.pulse()}

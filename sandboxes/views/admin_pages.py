@@ -1,4 +1,4 @@
-"""Reconciler passes, environment policy (admins edit) and API tokens (admins manage)."""
+"""Environment policy (admins edit) and API tokens (admins manage)."""
 
 import json
 from datetime import timedelta
@@ -10,29 +10,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import actions
 from sandboxes.forms import PolicyForm, PriceForm, TokenForm
-from sandboxes.models import ApiToken, Environment, ReconcilerPass
-from sandboxes.paging import keyset_page
+from sandboxes.models import ApiToken, Environment
 from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
 from sandboxes.roles import ASSIGN_ROLES
 from sandboxes.views.common import console_view, permission, permission_named
-
-PASS_PAGE_SIZE = 50
-
-
-@console_view
-@require_GET
-def passes(request):
-    page = keyset_page(
-        ReconcilerPass.objects.all(),
-        order="-started_at",
-        cursor=request.GET.get("after"),
-        size=PASS_PAGE_SIZE,
-    )
-    return render(
-        request,
-        "sandboxes/passes.html",
-        {"page": page, "first_page": not request.GET.get("after")},
-    )
 
 
 def _policy_initial(env: Environment) -> dict:

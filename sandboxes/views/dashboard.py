@@ -1,6 +1,7 @@
-"""The dashboard: what needs a person first (failing now, awaiting approval, an
-overdue reconciler), then counts by stage and kind, what the kept sandboxes
-cost, and the trend of kept sandboxes, retirements and cost - refreshed live."""
+"""The dashboard: what needs a person first (failing now, awaiting approval; an
+overdue reconciler is the heartbeat's banner, on every page), then counts by
+stage and kind, what the kept sandboxes cost, and the trend of kept sandboxes,
+retirements and cost - refreshed live."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -10,7 +11,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from sandboxes.costs import daily_cost_expression, money
+from sandboxes.costs import daily_cost_expression, money, storage_bytes_expression
 from sandboxes.models import ReconcilerPass, Retirement
 from sandboxes.models.choices import STAGES_CLOSED, RetirementKind, Stage
 from sandboxes.views.common import LIVE_TRIGGER, console_view, live_fingerprint, unchanged_poll
@@ -22,7 +23,6 @@ CHART_RIGHT_X = CHART_W - CHART_RIGHT  # where "now" is drawn
 CHART_INNER_H = CHART_H - 2 * CHART_PAD
 CHART_BASE = CHART_PAD + CHART_INNER_H  # the y of zero
 RECLAIM_DAYS = 30
-DEFAULT_SCHEDULE_MINUTES = 1
 # Line colours for the per-environment split (enough contrast on white).
 PALETTE = ["#2457c5", "#b25e00", "#7b3fb5", "#1e7b34", "#b3261e", "#0f6f7a", "#6b5a00"]
 
@@ -158,30 +158,6 @@ def _cost_line(costs: list[Decimal | None], xs: list, stamps: list) -> dict | No
     }
 
 
-def _schedule_minutes() -> int:
-    from django_q.models import Schedule
-
-    from sandboxes.management.commands.setup_schedules import RECONCILE
-
-    minutes = Schedule.objects.filter(name=RECONCILE).values_list("minutes", flat=True).first()
-    return minutes or DEFAULT_SCHEDULE_MINUTES
-
-
-def reconciler_health(now) -> dict:
-    """Like a missed ping: the reconciler is overdue when its last pass (of any
-    scope) started longer ago than twice its schedule. Two small queries."""
-    last = (
-        ReconcilerPass.objects.filter(dry_run=False)
-        .only("started_at", "finished_at")
-        .order_by("-started_at")
-        .first()
-    )
-    minutes = _schedule_minutes()
-    limit = timedelta(minutes=2 * minutes)
-    overdue = last is None or now - last.started_at > limit
-    return {"last": last, "schedule_minutes": minutes, "overdue": overdue, "never": last is None}
-
-
 def _fleet(now) -> dict:
     """Every count and cost the dashboard shows, in one grouped query."""
     by_stage = dict.fromkeys(Stage.values, 0)
@@ -231,14 +207,14 @@ def _fleet_rows(now):
     )
     reclaimed_q = Q(stage=Stage.RETIRED, closed_at__gte=since_30d)
     return (
-        Retirement.objects.annotate(daily=daily_cost_expression())
+        Retirement.objects.annotate(daily=daily_cost_expression(), kept=storage_bytes_expression())
         .values("stage", "kind", "environment__name")
         .annotate(
             n=Count("id"),
             attention=Count("id", filter=Q(needs_attention=True)),
             retired_24h=Count("id", filter=retired_recent),
-            kept_bytes=Sum("size_bytes"),
-            sized=Count("size_bytes"),
+            kept_bytes=Sum("kept"),
+            sized=Count("kept"),
             cost=Sum("daily"),
             priced=Count("id", filter=Q(daily__isnull=False)),
             reclaimed=Sum("daily", filter=reclaimed_q),
@@ -340,13 +316,6 @@ def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
 @console_view
 @require_GET
 def dashboard(request):
-    if request.htmx and request.GET.get("part") == "health":
-        # The overdue banner ages with the clock, not with the data: its own poll.
-        return render(
-            request,
-            "sandboxes/dashboard.html#health",
-            {"health": reconciler_health(timezone.now())},
-        )
     split = request.GET.get("split") == "environment"
     fingerprint = live_fingerprint() + ("-env" if split else "")
     unchanged = unchanged_poll(request, fingerprint)
@@ -356,5 +325,4 @@ def dashboard(request):
     if request.htmx:
         response = render(request, "sandboxes/dashboard.html#live", context)
         return _with_etag(response, request, fingerprint)
-    context["health"] = reconciler_health(context["now"])
     return render(request, "sandboxes/dashboard.html", context)

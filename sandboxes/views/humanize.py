@@ -1,6 +1,13 @@
-"""How the console shows an audit row's before → after to a person.
+"""How the console shows values to a person: times, durations, sizes, and an
+audit row's before → after.
 
-The stored rows keep their raw JSON (the exports hand it on untouched); this is
+Every time is one `<time>` element (`time_element`): its ISO datetime, the
+absolute UTC time as its title, and a relative text ("20 s ago", "in 40 s");
+every duration - retention, notice, backoff, a pass's length - is one
+format (`duration`: "40 s", "5 min", "2 h", "1 d 4 h"); sizes are binary
+units ("2.4 GiB", `size`).
+
+The stored audit rows keep their raw JSON (the exports hand it on untouched); this is
 only the reading: durations with their unit, yes/no for booleans, hold and
 stage names in words, times without microseconds. A key present only on one
 side is context (what the row was about), not a change.
@@ -9,15 +16,31 @@ side is context (what the row was about), not a change.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.html import format_html
 
 from sandboxes.rules.codes import HoldCode
 from sandboxes.rules.holds import phrase
+from sandboxes.rules.words import DASH, absolute, duration, relative, size, size_gib
 
-DASH = "—"
+# The words themselves are the ground floor's (pages, actions and refusals share them).
+__all__ = [
+    "DASH",
+    "Change",
+    "absolute",
+    "change_rows",
+    "duration",
+    "hold_phrase",
+    "relative",
+    "short",
+    "shown",
+    "size",
+    "size_gib",
+    "time_element",
+]
 
 
 def _label(value) -> str:
@@ -45,6 +68,26 @@ def _time(value) -> str | None:
     return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
 
 
+# --- times, durations and sizes ----------------------------------------------------
+
+
+def time_element(moment, now: datetime | None = None, *, text: str = "") -> str:
+    """The one way a time is shown: `<time datetime="ISO" title="absolute UTC">`
+    around the relative text (or `text`, when the page words it itself)."""
+    if isinstance(moment, str):
+        moment = parse_datetime(moment)
+    if not isinstance(moment, datetime):
+        return DASH
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, UTC)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.astimezone(UTC).isoformat(),
+        absolute(moment),
+        text or relative(moment, now or timezone.now()),
+    )
+
+
 def shown(value, key: str = "") -> str:
     """One value in words. Nothing is "—"; 0 and False are values."""
     if value is None or value == "" or value == [] or value == {}:
@@ -53,9 +96,9 @@ def shown(value, key: str = "") -> str:
         return "yes" if value else "no"
     if isinstance(value, (int, float)):
         if key.endswith("_hours"):
-            return f"{_number(value)} h"
+            return duration(float(value) * 3600)
         if key.endswith("_seconds"):
-            return f"{_number(value)} s"
+            return duration(value)
         return _number(value)
     when = _time(value)
     if when is not None:

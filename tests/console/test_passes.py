@@ -21,7 +21,7 @@ def test_it_lists_each_pass_with_counts_duration_and_errors(as_reviewer, db):
         environment_name="prod-east",
     )
     body = as_reviewer.get(reverse("passes")).content.decode()
-    assert "2.50 s" in body
+    assert "2.5 s" in body
     assert "prod-east" in body
     assert "sbx-1: provider timed out" in body
     for n in (">7<", ">3<", ">2<", ">1<"):

@@ -48,7 +48,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reconciler", ("sandboxes.reconciler",)),
     # A channel's admin actions are operator actions: the same permission
     # check, refusals and storable text as sandboxes.actions.
-    ("operator actions", ("sandboxes.actions", "sandboxes.notifications.channels")),
+    (
+        "operator actions",
+        ("sandboxes.actions", "sandboxes.notifications.channels", "sandboxes.run_now"),
+    ),
     (
         "pages, API and commands",
         (

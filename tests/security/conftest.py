@@ -17,7 +17,12 @@ from sandboxes.models.choices import HoldCode, Stage
 from sandboxes.notifications.secrets import encrypt
 from sandboxes.roles import ADMINS, OPERATORS, REVIEWERS
 from tests.console.conftest import clean_compare
-from tests.factories import EnvironmentFactory, RetirementFactory, UserFactory
+from tests.factories import (
+    EnvironmentFactory,
+    ReconcilerPassFactory,
+    RetirementFactory,
+    UserFactory,
+)
 
 PASSWORD = "correct horse battery staple"
 
@@ -81,6 +86,7 @@ def world(db):
         "token": token,
         "token_raw": raw,
         "task": awaiting.lease.issue,
+        "pass": ReconcilerPassFactory(),
         # Somebody whose role an admin can change (never the acting user).
         "member": UserFactory(username="member-sec"),
     }

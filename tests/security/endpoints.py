@@ -252,6 +252,18 @@ ACTIONS += [
         url_target="awaiting",
     ),
 ]
+ACTIONS += [
+    # Enqueues one pass through django-q2 (a broker row, not a console row).
+    Action(
+        "passes-run",
+        OPERATORS_AND_ADMINS,
+        "reconciler.run_pass",
+        None,
+        _reason,
+        302,
+        status_tells=False,
+    ),
+]
 ACTIONS_BY_NAME = {a.name: a for a in ACTIONS}
 
 # Read-only console pages: login and a console role, GET only.
@@ -265,6 +277,8 @@ PAGES = {
     "audit-export-csv": None,
     "audit-export-json": None,
     "passes": None,
+    "pass-detail": "pass",
+    "heartbeat": None,
     "environments": None,
     "tokens": None,
     "channels": "environment",

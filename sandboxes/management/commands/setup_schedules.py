@@ -2,7 +2,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django_q.models import Schedule
 
-RECONCILE = "reconciler pass"
+from sandboxes.models.passes import RECONCILE_SCHEDULE
+
+RECONCILE = RECONCILE_SCHEDULE
 TASK = "sandboxes.reconciler.tasks.reconcile_pass"
 NOTIFY = "notifications sweep"
 NOTIFY_TASK = "sandboxes.notifications.tasks.sweep"
