@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.utils import timezone
 
@@ -203,6 +204,20 @@ SCENARIOS = [
 ]
 
 ENVIRONMENTS = {"local-demo": "auto", "local-demo-manual": "manual", "e2b-demo": "auto"}
+# The demo's price table (per vCPU-hour, GiB-hour of memory, GiB-month of
+# disk; a stopped sandbox pays for its disk only), so a fresh `make run` shows
+# money. The e2b environment has no client, so its sizes are never read and
+# its cost stays unknown: the one true "unknown" on the dashboard.
+DEMO_PRICES = {
+    "price_vcpu_hour_running": Decimal("0.0504"),
+    "price_memory_gib_hour_running": Decimal("0.0162"),
+    "price_disk_gib_month_running": Decimal("0.08"),
+    "price_vcpu_hour_stopped": Decimal(0),
+    "price_memory_gib_hour_stopped": Decimal(0),
+    "price_disk_gib_month_stopped": Decimal("0.08"),
+}
+# What each demo sandbox is created with (the local provider reports them back).
+DEMO_SIZES = {"cpu": 2, "memory_gib": 4}
 
 
 def _provider(env: str) -> str:
@@ -410,8 +425,22 @@ def ensure_sandboxes(provider) -> dict[str, str]:
             labels | {"demo": key},
             files=files,
             root="workspace",
+            **DEMO_SIZES,
         )
         if s is not None and not s.running:
             provider.stop(info.id)
         ids[key] = info.id
     return ids
+
+
+def set_demo_prices() -> int:
+    """Give the demo environments the demo price table where they have none yet
+    (an admin's own prices are kept); returns how many were priced."""
+    from django.db.models import Q
+
+    from sandboxes.models import Environment
+
+    unpriced = Q()
+    for name in DEMO_PRICES:
+        unpriced &= Q(**{f"{name}__isnull": True})
+    return Environment.objects.filter(unpriced, name__in=list(ENVIRONMENTS)).update(**DEMO_PRICES)

@@ -49,6 +49,12 @@ _TARGETS = {
 }
 
 
+def _size(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -113,12 +119,15 @@ class LocalProvider(RetryingProvider):
             labels=dict(data.get("labels") or {}),
             toolbox_proxy_url=None,
             raw=data,
-            resources=self._measure(data["id"]) if measure else None,
+            resources=self._measure(data) if measure else None,
         )
 
-    def _measure(self, sandbox_id: str) -> Resources:
+    def _measure(self, data: dict) -> Resources:
         """The disk a local sandbox really uses (allocated blocks of its files,
-        symlinks not followed); it has no cpu or memory of its own."""
+        symlinks not followed), and the cpu and memory it was created with
+        (declared, as Daytona reports a sandbox's `cpu` and `memory`; unknown
+        when it was created without them)."""
+        sandbox_id = data["id"]
         used = 0
         for dirpath, _dirs, files in os.walk(self._fs(sandbox_id, "get")):
             for name in files:
@@ -127,7 +136,11 @@ class LocalProvider(RetryingProvider):
                 except OSError:
                     continue  # removed while we walked
                 used += st.st_blocks * 512
-        return Resources(cpu=None, memory_gib=None, disk_gib=used / 2**30)
+        return Resources(
+            cpu=_size(data.get("cpu")),
+            memory_gib=_size(data.get("memory_gib")),
+            disk_gib=used / 2**30,
+        )
 
     def _fs(self, sandbox_id: str, operation: str) -> Path:
         return self._dir(sandbox_id, operation) / "fs"
@@ -240,6 +253,8 @@ class LocalProvider(RetryingProvider):
         labels: dict,
         files: dict[str, bytes] | None = None,
         root: str = "workspace",
+        cpu: float | None = None,
+        memory_gib: float | None = None,
         **_,
     ) -> SandboxInfo:
         with observed(self.name, "create"):
@@ -260,6 +275,8 @@ class LocalProvider(RetryingProvider):
                 "created_at": now,
                 "updated_at": now,
             }
+            # Declared sizes, reported back by every read (what a kept sandbox costs).
+            state |= {k: v for k, v in (("cpu", cpu), ("memory_gib", memory_gib)) if v is not None}
             self._write_state(sandbox_id, state)
             return self._info(state)
 

@@ -5,11 +5,13 @@ import tempfile
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from devtools.demo import demo_events, ensure_sandboxes, newer_lease_events
+from devtools.demo import demo_events, ensure_sandboxes, newer_lease_events, set_demo_prices
 from sandboxes import audit
 from sandboxes.models import Retirement
 from sandboxes.providers.registry import get_provider
 from sandboxes.reconciler.listing import sync_retirements
+from sandboxes.reconciler.sizes import refresh_sizes
+from sandboxes.reconciler.worker import Worker
 
 OPERATOR_HOLD_KEY = "PAP-122"
 
@@ -44,5 +46,9 @@ class Command(BaseCommand):
             r.operator_hold_reason = "demo: waiting for the task owner to confirm"
             r.save(update_fields=["operator_hold_reason", "updated_at"])
             audit.record(actor=None, action="retirement.hold", obj=r, reason=r.operator_hold_reason)
+        # Prices, then one read of the sizes, so the dashboard shows money at once
+        # (each pass reads them again, sandboxes/reconciler/sizes.py).
+        set_demo_prices()
+        refresh_sizes(Worker(name="demo_fleet"))
         if not quiet:
             self.stdout.write(f"demo fleet: {len(ids)} local sandboxes")
