@@ -123,6 +123,13 @@ def money(value: Decimal | None, currency: str = "USD") -> str:
     return f"< {text}" if small else text
 
 
+def storage_bytes(retirement) -> int | None:
+    """What one record keeps on disk (the rule of `storage_bytes_expression`)."""
+    if retirement.reported_disk_gib is not None:
+        return int(retirement.reported_disk_gib * 2**30)
+    return retirement.size_bytes
+
+
 def storage_bytes_expression():
     """What a record keeps on disk, in bytes: the provider's reported disk when
     read, else the workspace's size from the last compare; NULL when neither."""

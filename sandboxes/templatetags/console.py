@@ -46,6 +46,22 @@ def money(value, currency="USD"):
 
 
 @register.filter
+def per_day(value, currency="USD"):
+    """ "$1.32/day", or "unknown" (never "unknown/day")."""
+    from sandboxes.costs import money as fmt
+
+    return fmt(value, currency or "USD") + ("" if value is None else "/day")
+
+
+@register.filter
+def kept_size(retirement):
+    """What a record keeps on disk, for people ("12 KiB"), or "unknown"."""
+    from sandboxes.costs import storage_bytes
+
+    return humanize.size(storage_bytes(retirement))
+
+
+@register.filter
 def changes(event):
     """An audit row's before → after in words (sandboxes.views.humanize)."""
     return change_rows(event.before, event.after)

@@ -47,6 +47,14 @@ def _label(value) -> str:
     return str(value).replace("_", " ")
 
 
+def _key_label(key: str) -> str:
+    """A key in words; a duration's unit is in its value ("warm retention: 1 d")."""
+    for unit in ("_hours", "_seconds"):
+        if key.endswith(unit):
+            key = key[: -len(unit)]
+    return _label(key)
+
+
 def _number(value: float) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -144,12 +152,12 @@ def change_rows(before: dict | None, after: dict | None) -> list[Change]:
         if key in before:
             old = before[key]
             if old != new:
-                changed.append(Change(key, _label(key), shown(old, key), shown(new, key), True))
+                changed.append(Change(key, _key_label(key), shown(old, key), shown(new, key), True))
         else:
-            context.append(Change(key, _label(key), "", shown(new, key), False))
+            context.append(Change(key, _key_label(key), "", shown(new, key), False))
     for key, old in before.items():
         if key not in after:
-            context.append(Change(key, _label(key), shown(old, key), "", False))
+            context.append(Change(key, _key_label(key), shown(old, key), "", False))
     return changed + context
 
 

@@ -233,7 +233,7 @@ def test_the_trail_reads_like_prose_environment_names_and_sandbox_links(as_revie
     )
     body = as_reviewer.get(reverse("audit")).content.decode()
     policy = _change_cell(body, "environment.edit_policy")
-    assert "24 h → 0.5 h" in policy and "manual → auto" in policy
+    assert "warm retention</strong>: 1 d → 30 min" in policy and "manual → auto" in policy
     assert "environment <strong>prod-east</strong>" in body
     assert str(env.pk) not in body.split('data-audit-action="environment.edit_policy"')[1][:600]
     hold = _change_cell(body, "retirement.hold")

@@ -148,4 +148,4 @@ def test_each_kept_sandbox_shows_its_cost_per_day_on_the_list_and_its_page(as_re
     assert '<td data-label="Cost/day" class="num">unknown</td>' in row
     page = as_reviewer.get(reverse("sandbox-detail", kwargs={"pk": r.pk})).content.decode()
     assert "<dd data-cost>$0.88" in page
-    assert "? vCPU · ? GiB memory · 365.0 GiB disk" in page
+    assert "vCPU unknown · memory unknown · 365 GiB disk" in page

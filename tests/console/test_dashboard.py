@@ -28,7 +28,7 @@ def test_it_counts_by_stage_and_kind(as_reviewer, db):
     assert 'data-tile="attention">1<' in body
     assert 'data-tile="retired24h">1<' in body
     assert 'data-tile="open">2<' in body
-    assert "2.0\xa0KB" in body and "1 without a size" in body
+    assert "2 KiB" in body and "1 without a size" in body
     assert 'data-stage="retired">2<' in body
     assert 'data-kind="abandoned_warm">2<' in body
 
@@ -140,7 +140,7 @@ def test_failing_records_are_up_front_with_failing_since_and_the_last_error(as_r
     body = as_reviewer.get(reverse("dashboard")).content.decode()
     assert 'data-tile="failing">1<' in body
     row = body.split('data-failing="sbx-failing"', 1)[1].split("</tr>", 1)[0]
-    assert "2\xa0hours ago" in row
+    assert "2 h ago</time>" in row
     assert "503 from provider" in row
     assert 'data-failing="sbx-fine"' not in body
     # Failing comes before the tables of counts.

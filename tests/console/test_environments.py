@@ -90,7 +90,7 @@ def test_the_modes_are_explained_and_retention_reads_the_same_to_every_role(
     EnvironmentFactory(name="prod-east", warm_retention=timedelta(hours=24))
     for client in (as_reviewer, as_admin):
         body = client.get(reverse("environments")).content.decode()
-        assert "<dd data-retention>24 h</dd>" in body
+        assert "<dd data-retention>1 d</dd>" in body
         assert "1 day, 0:00:00" not in body
         for mode in ("observe", "manual", "auto"):
             assert f'<span class="mode mode-{mode}">{mode}</span></dt>' in body

@@ -76,7 +76,7 @@ def test_it_shows_the_compare_diff_with_sizes(as_reviewer, db):
         '<tr class="chg-added"><td data-label="Change">added</td>'
         '<td data-label="Path"><code>new.txt</code></td>'
     ) in body
-    assert "2.0\xa0KB" in body
+    assert "2 KiB" in body
     assert (
         '<tr class="chg-changed"><td data-label="Change">changed</td>'
         '<td data-label="Path"><code>src/app.py</code>'
@@ -206,7 +206,7 @@ def test_a_closed_record_says_why_and_shows_no_stale_holds(as_reviewer, db):
     )
     body = _detail(as_reviewer, retired).content.decode()
     assert "Size kept" not in body
-    assert "Size reclaimed" in body and "4.0\xa0KB" in body
+    assert "Size reclaimed" in body and "4 KiB" in body
     dismissed = RetirementFactory(
         stage=Stage.DISMISSED,
         holds=["retention"],
