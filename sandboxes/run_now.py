@@ -48,6 +48,7 @@ def run_pass_now(*, actor, reason: str = "") -> str:
     from django_q.tasks import async_task
 
     _require(actor, "run_pass")
+    reason = _reason(reason) if (reason or "").strip() else "asked for a pass now"
     with transaction.atomic():
         why = refusal()
         if why:
@@ -57,7 +58,7 @@ def run_pass_now(*, actor, reason: str = "") -> str:
             actor=actor,
             action=ACTION,
             obj=actor,
-            reason=_reason(reason) if reason else "asked for a pass now",
+            reason=reason,
             after={"task_id": task_id},
         )
     return task_id

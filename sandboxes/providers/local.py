@@ -267,7 +267,7 @@ class LocalProvider(RetryingProvider):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _atomic_write(target, data)
             now = utcnow().isoformat()
-            state = {
+            state: dict[str, object] = {
                 "id": sandbox_id,
                 "name": name or sandbox_id,
                 "labels": {str(k): str(v) for k, v in (labels or {}).items()},

@@ -20,7 +20,7 @@ def duration(value: timedelta | float | int | None) -> str:
         return f"{seconds:.1f} s"
     units = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
     rest = round(seconds)
-    parts = []
+    parts: list[tuple[int, str]] = []
     for name, length in units:
         n, rest = divmod(rest, length)
         if n or parts:

@@ -63,7 +63,7 @@ def passes(request):
 @require_GET
 def pass_detail(request, pk):
     p = get_object_or_404(ReconcilerPass, pk=pk)
-    ids = {pk for what, _ in RECORD_LISTS for pk in p.records_of(what)}
+    ids = {_uuid(pk) for what, _ in RECORD_LISTS for pk in p.records_of(what)} - {None}
     records = Retirement.objects.filter(pk__in=ids).select_related("environment").in_bulk()
     errors_of: dict[str, list[str]] = {}
     general: list = []

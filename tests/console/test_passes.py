@@ -63,3 +63,37 @@ def test_a_pass_silent_past_a_claims_length_shows_interrupted_before_any_pass_ma
     body = as_reviewer.get(reverse("passes")).content.decode()
     assert "interrupted, last seen" in body
     assert "running" not in body
+
+
+def test_each_pass_shows_relative_and_absolute_times_its_environment_and_duration(as_reviewer, db):
+    start = timezone.now() - timedelta(minutes=2)
+    p = ReconcilerPassFactory(
+        started_at=start, finished_at=start + timedelta(seconds=40), environment_name="prod-east"
+    )
+    body = as_reviewer.get(reverse("passes")).content.decode()
+    row = body.split(reverse("pass-detail", kwargs={"pk": p.pk}), 1)[1].split("</tr>", 1)[0]
+    assert f'<time datetime="{start.isoformat()}" title="{start:%Y-%m-%d %H:%M:%S} UTC">' in row
+    assert f"2 min ago · {start:%Y-%m-%d %H:%M:%S} UTC</time>" in row
+    assert ">40 s<" in row and "prod-east" in row
+
+
+def test_no_column_is_empty_on_every_row(as_reviewer, db):
+    """Kept was never written; worker, failed and errors show when some pass has one."""
+    ReconcilerPassFactory(worker="", failed=0, errors=[])
+    body = as_reviewer.get(reverse("passes")).content.decode()
+    head = body.split("<thead>", 1)[1].split("</thead>", 1)[0]
+    for absent in (">Kept<", ">Worker<", ">Failed<", ">Errors<"):
+        assert absent not in head
+    assert ">Environment<" in head and ">Duration<" in head
+    ReconcilerPassFactory(worker="host:123", failed=2, errors=[{"error": "boom"}])
+    head = as_reviewer.get(reverse("passes")).content.decode().split("</thead>", 1)[0]
+    for present in (">Worker<", ">Failed<", ">Errors<"):
+        assert present in head
+
+
+def test_the_cost_held_after_each_pass_reads_per_day(as_reviewer, db):
+    from decimal import Decimal
+
+    ReconcilerPassFactory(cost_per_day=Decimal("1.3249"), cost_unknown=2)
+    body = as_reviewer.get(reverse("passes")).content.decode()
+    assert "$1.32/day" in body and "+ 2 unknown" in body

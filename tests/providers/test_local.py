@@ -67,6 +67,16 @@ def test_a_read_measures_the_disk_and_reports_no_cpu_or_memory(local, box):
     assert local.get(box.id).resources.disk_gib > resources.disk_gib
 
 
+def test_a_sandbox_created_with_cpu_and_memory_reports_them_on_every_read(local):
+    """Cost that reads true: a size declared at create is reported back, as
+    Daytona reports a sandbox's cpu and memory; the disk is still measured."""
+    box = local.create("sized", {}, FILES, cpu=2, memory_gib=4)
+    local.stop(box.id)
+    resources = local.get(box.id).resources
+    assert (resources.cpu, resources.memory_gib) == (2.0, 4.0)
+    assert resources.disk_gib > 0
+
+
 def test_state_writes_leave_no_temporary_files(local, box):
     for _ in range(3):
         local.stop(box.id)

@@ -56,3 +56,51 @@ def test_demo_fleet_covers_every_kind_and_hold_and_retires(local_root, monkeypat
     assert alive == 25 - m.Retirement.objects.filter(stage=m.Stage.RETIRED).count()
     call_command("demo_fleet", stdout=io.StringIO())
     assert len(list(provider.list({"app": "paperclip-demo"}))) == alive
+
+
+@pytest.mark.django_db
+def test_a_fresh_demo_shows_money_on_the_dashboard(local_root, client):
+    """Cost that reads true (the demo sets prices, the local provider reports
+    sizes): money before the first pass; unknown only where a size is truly
+    missing (the e2b environment has no client), never $0.00 beside
+    "storage unknown"."""
+    import re
+
+    from django.urls import reverse
+
+    from sandboxes.roles import REVIEWERS
+    from tests.factories import UserFactory
+
+    call_command("demo_fleet", quiet=True)
+    client.force_login(UserFactory(groups=[REVIEWERS]))
+    body = client.get(reverse("dashboard")).content.decode()
+    cost = re.search(r'data-tile="cost">([^<]+)<', body).group(1)
+    storage = re.search(r'data-tile="storage">([^<]+)<', body).group(1)
+    assert re.fullmatch(r"\$\d+\.\d\d", cost) and cost != "$0.00", cost
+    assert re.fullmatch(r"\d+(\.\d)? (B|KiB|MiB|GiB)", storage), storage
+    local = re.search(r'data-cost-env="local-demo">([^<]+)<', body).group(1)
+    assert re.fullmatch(r"(< )?\$\d+\.\d\d", local.strip()), local
+    e2b = re.search(r'data-cost-env="e2b-demo">([^<]+)<', body).group(1)
+    assert e2b.strip() == "unknown"
+    assert "0.0000" not in body  # no raw float of GiB anywhere
+    running = m.Retirement.objects.filter(environment__name="local-demo", reported_cpu=2).first()
+    assert running is not None and running.reported_memory_gib == 4
+    detail = client.get(reverse("sandbox-detail", kwargs={"pk": running.pk})).content.decode()
+    assert "2 vCPU · 4 GiB memory · " in detail and "/day" in detail
+
+
+@pytest.mark.django_db
+def test_the_demo_keeps_an_admins_own_prices(local_root):
+    from decimal import Decimal
+
+    from devtools.demo import set_demo_prices
+    from sandboxes.models.mirror import PRICE_FIELDS
+
+    call_command("demo_fleet", quiet=True)
+    none = dict.fromkeys(PRICE_FIELDS)
+    m.Environment.objects.filter(name="local-demo").update(**none | {"price_vcpu_hour_running": 9})
+    m.Environment.objects.filter(name="local-demo-manual").update(**none)
+    assert set_demo_prices() == 1  # only the one without any price
+    own = m.Environment.objects.get(name="local-demo")
+    assert own.price_vcpu_hour_running == Decimal("9") and own.price_disk_gib_month_stopped is None
+    assert m.Environment.objects.get(name="local-demo-manual").price_disk_gib_month_stopped
