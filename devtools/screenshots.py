@@ -46,7 +46,7 @@ def console_pages() -> list[tuple[str, str]]:
     where the database is readable (not inside Playwright's event loop)."""
     from django.urls import reverse
 
-    from sandboxes.models import Environment, Receipt, Retirement
+    from sandboxes.models import Environment, ReconcilerPass, Receipt, Retirement
     from sandboxes.models.choices import ReceiptKind, Stage
 
     pages = [
@@ -96,6 +96,9 @@ def console_pages() -> list[tuple[str, str]]:
     env = Environment.objects.order_by("name").first()
     if env is not None:
         pages.append(("channels", reverse("channels", kwargs={"pk": env.pk})))
+    last_pass = ReconcilerPass.objects.order_by("-started_at").first()
+    if last_pass is not None:
+        pages.append(("pass", reverse("pass-detail", kwargs={"pk": last_pass.pk})))
     return pages
 
 

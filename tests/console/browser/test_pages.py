@@ -104,6 +104,21 @@ def fleet(db):
             counts_by_environment={"prod-east": 3, "staging-west-with-a-long-name": 1 + i % 2},
             cost_per_day=Decimal("0.04") + Decimal(i) / 100,
         )
+    # The newest pass touched records, one of them failing with a long error.
+    f.ReconcilerPassFactory(
+        started_at=now - timedelta(seconds=40),
+        finished_at=now - timedelta(seconds=31),
+        worker="console-worker-1.example.internal:12345",
+        candidates=5,
+        advanced=2,
+        failed=1,
+        records={
+            "advanced": [str(failing.pk), str(awaiting.pk)],
+            "failed": [str(failing.pk)],
+            "listed": [str(awaiting.pk)],
+        },
+        errors=[{"retirement": str(failing.pk), "error": failing.last_error}],
+    )
     f.ApiTokenFactory(name="paperclip-runtime-eu-west-1")
     f.UserFactory(username="alice", groups=["admins"])
     f.UserFactory(username="nobody")

@@ -149,7 +149,7 @@ def test_the_reviewers_audit(page, live_server, shot, db):
     page.get_by_role("link", name="Audit trail").click()
     expect(page.locator("[data-audit-action]")).to_have_count(3)
     expect(page.locator('[data-audit-action="environment.edit_policy"]')).to_contain_text(
-        "24 h → 0 h"
+        "warm retention: 1 d → 0 s"
     )
     expect(page.locator('[data-audit-action="environment.edit_policy"]')).to_contain_text(
         "prod-east"
