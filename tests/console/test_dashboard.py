@@ -156,7 +156,8 @@ def test_an_overdue_reconciler_gets_a_banner_like_a_missed_ping(as_reviewer, db)
     ReconcilerPassFactory(started_at=timezone.now() - timedelta(minutes=7))
     body = as_reviewer.get(reverse("dashboard")).content.decode()
     assert 'data-banner="overdue"' in body
-    assert "Reconciler overdue:" in body and "7 min ago</time>" in body
+    assert "Reconciler overdue:" in body
+    assert re.search(r">7 min( \d+ s)? ago</time>", body)  # a slow run adds seconds
     assert "every 3 min" in body
     # The banner polls on its own (it ages with the clock, not the data).
     part = as_reviewer.get(reverse("heartbeat"), **HX)

@@ -33,12 +33,15 @@ def _heartbeat(body: str) -> str:
 
 @pytest.mark.parametrize("name", PAGES)
 def test_every_page_shows_the_last_pass_and_the_next(as_reviewer, db, name):
+    before = timezone.now()
     _schedule()
-    ReconcilerPassFactory(started_at=timezone.now() - timedelta(seconds=20))
+    ReconcilerPassFactory(started_at=before - timedelta(seconds=20))
     beat = _heartbeat(as_reviewer.get(reverse(name)).content.decode())
-    # A slow first request may take a second or two.
-    assert re.search(r"last pass</a> <time [^>]+>2[0-2] s ago</time>", beat)
-    assert re.search(r"next <time [^>]+>in (3[8-9]|40) s</time>", beat)
+    slow = (timezone.now() - before).total_seconds()  # a loaded machine is slow
+    ago = re.search(r"last pass</a> <time [^>]+>(\d+) s ago</time>", beat)
+    assert ago and 20 <= int(ago.group(1)) <= 20 + slow + 1
+    ahead = re.search(r"next <time [^>]+>in (\d+) s</time>", beat)
+    assert ahead and 40 - slow - 1 <= int(ahead.group(1)) <= 40
     assert "data-banner" not in beat
 
 
@@ -65,7 +68,8 @@ def test_a_late_reconciler_turns_the_heartbeat_into_the_overdue_banner(as_review
     for name in PAGES:
         beat = _heartbeat(as_reviewer.get(reverse(name)).content.decode())
         assert 'data-banner="overdue"' in beat, name
-        assert "Reconciler overdue:" in beat and "7 min ago</time>" in beat
+        assert "Reconciler overdue:" in beat
+        assert re.search(r">7 min( \d+ s)? ago</time>", beat)  # a slow run adds seconds
         assert "every 3 min" in beat
 
 
