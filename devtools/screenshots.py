@@ -46,7 +46,7 @@ def console_pages() -> list[tuple[str, str]]:
     where the database is readable (not inside Playwright's event loop)."""
     from django.urls import reverse
 
-    from sandboxes.models import Environment, ReconcilerPass, Receipt, Retirement
+    from sandboxes.models import Environment, Receipt, ReconcilerPass, Retirement
     from sandboxes.models.choices import ReceiptKind, Stage
 
     pages = [
