@@ -7,7 +7,6 @@ passes nobody needs, and says why in words."""
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.utils import timezone
 
 from sandboxes import audit
@@ -44,21 +43,20 @@ def refusal(now=None) -> str:
 
 
 def run_pass_now(*, actor, reason: str = "") -> str:
-    """Enqueue one fleet-wide pass; returns the django-q2 task id."""
+    """Enqueue one fleet-wide pass; returns the django-q2 task id.
+
+    Not inside a transaction: where django-q2 keeps its queue in another
+    database (the embedded SQLite setup), its ORM broker closes old
+    connections before it enqueues, and would close this one mid-transaction.
+    Two operators clicking at once may queue two passes: harmless (claims are
+    fenced)."""
     from django_q.tasks import async_task
 
     _require(actor, "run_pass")
     reason = _reason(reason) if (reason or "").strip() else "asked for a pass now"
-    with transaction.atomic():
-        why = refusal()
-        if why:
-            raise ActionRefused(why)
-        task_id = async_task(TASK, task_name=f"pass asked for by {actor.get_username()}")
-        audit.record(
-            actor=actor,
-            action=ACTION,
-            obj=actor,
-            reason=reason,
-            after={"task_id": task_id},
-        )
+    why = refusal()
+    if why:
+        raise ActionRefused(why)
+    task_id = async_task(TASK, task_name=f"pass asked for by {actor.get_username()}")
+    audit.record(actor=actor, action=ACTION, obj=actor, reason=reason, after={"task_id": task_id})
     return task_id

@@ -101,3 +101,29 @@ def test_a_bad_reason_is_refused_in_words_and_nothing_is_queued(as_operator, db,
     body = as_operator.post(URL, {"reason": reason}, follow=True).content.decode()
     assert "No pass was asked for:" in body
     assert _queued() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_enqueues_outside_a_transaction(operator, monkeypatch):
+    """django-q2's ORM broker closes old connections before it enqueues when its
+    own database is in autocommit (django_q/brokers/orm.py, get_connection): with
+    the queue in another database (the embedded SQLite setup) it closed the
+    console's connection inside the action's transaction, and the audit row
+    failed with "Cannot operate on a closed database" (seen on SQLite before
+    the fix)."""
+    from django.db import connection
+    from django_q import tasks
+
+    from sandboxes import run_now
+
+    real = tasks.async_task
+    seen = []
+
+    def observed(*args, **kwargs):
+        seen.append(connection.in_atomic_block)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "async_task", observed)
+    run_now.run_pass_now(actor=operator)
+    assert seen == [False]
+    assert AuditEvent.objects.filter(action="reconciler.run_pass").count() == 1
