@@ -122,8 +122,33 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT", VAR_DIR / "media"))
 MEDIA_URL = "media/"
+# Salvaged files are the console's only media, kept in the default storage:
+# every writer and reader of salvaged bytes (the export, its verification, the
+# attachments' FileField) uses this one selection. The embedded default is this
+# machine's disk under MEDIA_ROOT; ATTACHMENTS_STORAGE=s3 keeps them in an
+# S3-compatible bucket through django-storages, with its own setting names
+# (README: object storage). Credentials come from the environment only: boto3
+# reads AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an instance role) itself.
+ATTACHMENTS_STORAGE = os.environ.get("ATTACHMENTS_STORAGE", "filesystem").strip().lower()
+if ATTACHMENTS_STORAGE == "filesystem":
+    _attachments: dict = {"BACKEND": "django.core.files.storage.FileSystemStorage"}
+elif ATTACHMENTS_STORAGE == "s3":
+    AWS_STORAGE_BUCKET_NAME = os.environ.get("AWS_STORAGE_BUCKET_NAME", "").strip()
+    if not AWS_STORAGE_BUCKET_NAME:
+        raise ImproperlyConfigured(
+            "AWS_STORAGE_BUCKET_NAME is required when ATTACHMENTS_STORAGE=s3"
+        )
+    AWS_S3_ENDPOINT_URL = os.environ.get("AWS_S3_ENDPOINT_URL", "").strip() or None
+    AWS_S3_REGION_NAME = os.environ.get("AWS_S3_REGION_NAME", "").strip() or None
+    AWS_S3_ADDRESSING_STYLE = os.environ.get("AWS_S3_ADDRESSING_STYLE", "").strip() or None
+    AWS_LOCATION = os.environ.get("AWS_LOCATION", "").strip()
+    _attachments = {"BACKEND": "sandboxes.object_storage.SalvageS3Storage"}
+else:
+    raise ImproperlyConfigured(
+        f"ATTACHMENTS_STORAGE must be filesystem or s3, got {ATTACHMENTS_STORAGE!r}"
+    )
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "default": _attachments,
     "staticfiles": {
         "BACKEND": (
             "django.contrib.staticfiles.storage.StaticFilesStorage"

@@ -8,6 +8,7 @@ class SandboxesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from sandboxes import checks  # noqa: F401 -- registers the deploy checks
         from sandboxes.metrics import install_provider_hooks
         from sandboxes.roles import ensure_roles_after_migrate
 

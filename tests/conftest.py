@@ -1,4 +1,6 @@
 import os
+import uuid
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -19,6 +21,40 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.slow)
+
+
+# --- a real S3 endpoint on loopback -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """moto's standalone S3 server on a free loopback port, for the whole session."""
+    from devtools.s3 import MotoServer
+
+    server = MotoServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server, settings):
+    """Salvaged files in a fresh bucket on the moto server, reached through a door
+    the test can shut (`s3.door.close()`: the endpoint is down). `s3.client`
+    talks to the bucket directly, behind the console's back."""
+    from devtools.s3 import Door, client, storage_settings
+
+    door = Door(moto_server.port).open()
+    bucket = f"salvage-{uuid.uuid4().hex[:16]}"
+    direct = client(moto_server.url)
+    direct.create_bucket(Bucket=bucket)
+
+    def keys() -> list[str]:
+        pages = direct.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+    settings.STORAGES = {**settings.STORAGES, "default": storage_settings(door.url, bucket)}
+    yield SimpleNamespace(door=door, bucket=bucket, client=direct, keys=keys)
+    door.close()
 
 
 @pytest.fixture

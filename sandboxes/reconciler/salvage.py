@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.core.files.storage import default_storage
 
-from sandboxes import content_store
+from sandboxes import content_store, object_storage
 from sandboxes.models import Attachment
 from sandboxes.providers.base import FileDigest
 
@@ -166,10 +166,18 @@ def store_verified(
     return name, size
 
 
+def where_stored(name: str = "") -> dict:
+    """The backend, endpoint, bucket and key salvaged bytes are kept under; with
+    no name, the store itself (what an export receipt names)."""
+    found = object_storage.describe(default_storage, name)
+    return found if name else {k: v for k, v in found.items() if k != "key"}
+
+
 def export_files(
     opened: Iterator[tuple[str, Iterator[bytes]]], expected: dict[str, dict], root: str = ""
 ) -> list[dict]:
-    """Store every opened file; each entry: path, size, sha256, storage name.
+    """Store every opened file; each entry: path, size, sha256, storage name, and
+    where it is (backend, endpoint, bucket, key).
     `root` only names the files in errors."""
     exported = []
     for path, chunks in opened:
@@ -178,7 +186,15 @@ def export_files(
         name, size = store_verified(
             want["sha256"], chunks, shown=shown, listed_size=want.get("size")
         )
-        exported.append({"path": path, "size": size, "sha256": want["sha256"], "storage": name})
+        exported.append(
+            {
+                "path": path,
+                "size": size,
+                "sha256": want["sha256"],
+                "storage": name,
+                **where_stored(name),
+            }
+        )
     missing = set(expected) - {f["path"] for f in exported}
     if missing:
         raise ExportError(f"provider did not return {len(missing)} file(s): {sorted(missing)[:5]}")

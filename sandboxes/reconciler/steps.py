@@ -335,6 +335,7 @@ def do_export(plan: Plan, attempt_id, worker: Worker) -> None:
                 "deleted": plan.deleted,
                 "bytes": sum(f["size"] for f in files),
                 "fingerprint": plan.fingerprint,
+                "store": salvage.where_stored(),
             },
         )
         clear_failures(r)
@@ -379,6 +380,9 @@ def _attach(r: Retirement, f: dict) -> dict:
         "sha256": f["sha256"],
         "attachment": str(attachment.pk) if attachment else None,
         "storage": f["storage"],
+        "backend": f["backend"],
+        "bucket": f["bucket"],
+        "key": f["key"],
     }
 
 

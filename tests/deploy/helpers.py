@@ -30,6 +30,12 @@ _SCRUB = (
     "PYTEST_CURRENT_TEST",
     # Set by the browser tests in this process; `check --deploy` rightly refuses it.
     "DJANGO_ALLOW_ASYNC_UNSAFE",
+    "ATTACHMENTS_STORAGE",
+    "AWS_STORAGE_BUCKET_NAME",
+    "AWS_S3_ENDPOINT_URL",
+    "AWS_S3_REGION_NAME",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
 )
 
 

@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.logging",
             "sandboxes.mirror",
             "sandboxes.notifications",
+            "sandboxes.object_storage",
             "sandboxes.paging",
             "sandboxes.paperclip",
             "sandboxes.proof",
@@ -66,7 +67,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.views",
         ),
     ),
-    ("wiring", ("sandboxes.apps", "sandboxes.migrations", "sandboxes.urls", "paperclip_console")),
+    (
+        "wiring",
+        (
+            "sandboxes.apps",
+            "sandboxes.checks",
+            "sandboxes.migrations",
+            "sandboxes.urls",
+            "paperclip_console",
+        ),
+    ),
 )
 
 
