@@ -2,6 +2,7 @@
 operator buttons (approve, retry, hold, release hold, attest)."""
 
 import hashlib
+import logging
 
 from django.contrib import messages
 from django.db.models import Count, F, Max
@@ -41,6 +42,8 @@ from sandboxes.views.common import (
 
 PAGE_SIZE = 50
 HISTORY_ROWS = 200
+
+log = logging.getLogger(__name__)
 
 
 @console_view
@@ -329,6 +332,14 @@ def attachment_download(request, pk):
         handle = att.file.open("rb")
     except FileNotFoundError:
         raise Http404("The stored file is missing.") from None
+    except OSError as exc:
+        # The storage could not be read (a bucket that is down): say so, not a 500.
+        log.warning("attachment %s could not be read: %s", att.pk, exc)
+        return HttpResponse(
+            f"The stored file could not be read right now: {exc}. Try again later.",
+            status=503,
+            content_type="text/plain; charset=utf-8",
+        )
     name = att.path.rsplit("/", 1)[-1] or att.sha256
     return FileResponse(handle, as_attachment=True, filename=name)
 
