@@ -7,7 +7,8 @@ crash, a tampered file) is replaced, never skipped. On a local filesystem the
 bytes go to a temporary name beside the final one (unique per writer), are
 fsynced and re-read, and only then renamed over the name, so no failure leaves
 a partial object where a verified one is expected. A storage backend without
-local files may bring its own `put_verified(name, content, sha256, size)`;
+local files may bring its own `put_verified(name, content, sha256, size)` (an
+S3 bucket's: sandboxes/object_storage.py);
 otherwise its `save` must be atomic (an object appears whole or not at all),
 as object stores' uploads are. Whatever wrote it, the name is read back and
 verified before the caller may count it as proof.
