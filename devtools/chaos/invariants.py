@@ -16,7 +16,8 @@ Definitions (what each number in the report counts):
   backoff) cannot hide one: this is judged from the provider's call log.
 - lost file: an added or changed file seeded on a sandbox that was destroyed
   and is not in a verified `salvage_export` with the same sha256 whose stored
-  bytes still hash to it.
+  bytes still hash to it (with `--storage s3`: read from the bucket; and every
+  file of every verified export must be in the bucket with its hash).
 - left running: a sandbox still `started` at the end that the rules say must
   stop (a correction's, or one that had to be retired).
 - orphan: a sandbox alive at the provider that nothing will retire: no lease
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -129,8 +131,15 @@ def _stored_sha(media_root: Path, name: str) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def lost_files(fleet: Fleet, gone: set[str], media_root: Path) -> tuple[list[dict], list[dict]]:
-    """(lost files, deleted paths the export did not record) of destroyed sandboxes."""
+def lost_files(
+    fleet: Fleet,
+    gone: set[str],
+    media_root: Path,
+    stored_sha: Callable[[str], str | None] | None = None,
+) -> tuple[list[dict], list[dict]]:
+    """(lost files, deleted paths the export did not record) of destroyed sandboxes.
+    `stored_sha` reads a stored name's sha256 (a bucket's); the default reads media_root."""
+    read = stored_sha or (lambda name: _stored_sha(media_root, name))
     lost, unrecorded = [], []
     for case in fleet.cases:
         if case.sandbox_id not in gone:
@@ -144,7 +153,7 @@ def lost_files(fleet: Fleet, gone: set[str], media_root: Path) -> tuple[list[dic
             storage = saved.get((path, digest))
             if storage is None:
                 lost.append({"sandbox": case.sandbox_id, "case": case.name, "path": path})
-            elif _stored_sha(media_root, storage) != digest:
+            elif read(storage) != digest:
                 lost.append(
                     {
                         "sandbox": case.sandbox_id,

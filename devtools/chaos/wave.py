@@ -72,6 +72,8 @@ class WaveOptions:
     report: str = ""
     keep_db: bool = False
     step_budget: int = 20
+    # "s3": salvaged files in a bucket on moto's server, shut mid-wave (K8).
+    storage: str = "filesystem"
 
 
 @dataclass
@@ -100,6 +102,8 @@ class Wave:
         self.rng = random.Random(options.seed * 7919 + 17)
         self.state = _State()
         self.t0 = time.monotonic()
+        self.bucket = None
+        self._k8_checked = 0.0
 
     def log(self, message: str) -> None:
         self.say(f"[{time.monotonic() - self.t0:6.1f}s] {message}")
@@ -185,6 +189,11 @@ class Wave:
         self.log(f"scratch database {self.db_name} migrated")
         sup = None
         try:
+            if self.o.storage == "s3":
+                from devtools.chaos.bucket import Bucket
+
+                self.bucket = Bucket().start()
+                self.log(f"salvaged files in an S3 bucket at {self.bucket.door.url}")
             with SimulatorProcess(seed=self.o.seed) as sim:
                 self.sim = sim
                 self.ingest_url = self._serve_ingest()
@@ -203,6 +212,7 @@ class Wave:
                     "PROVIDER_STEP_BUDGET_SECONDS": str(self.o.step_budget),
                     "LOG_LEVEL": "ERROR",
                     "CONN_MAX_AGE": "0",
+                    **(self.bucket.env() if self.bucket else {}),
                 }
                 sup = Supervisor(env, say=self.log)
                 self.sup = sup
@@ -216,6 +226,8 @@ class Wave:
                 sup.stop_all()
             if hasattr(self, "httpd"):
                 self.httpd.shutdown()
+            if self.bucket is not None:
+                self.bucket.stop()
             if not self.o.keep_db:
                 self._drop_db()
                 shutil.rmtree(self.workdir, ignore_errors=True)
@@ -370,6 +382,7 @@ class Wave:
                 self._drop_db_connections(sup)
             if points:
                 self._try_kill(points, sup)
+            self._k8(sup)
             sup.reap(self.o.workers)
             self._k5_release(control)
             self.k7.release()
@@ -380,10 +393,37 @@ class Wave:
             if points:
                 self._rearm_k1(control)
             # Kill points still pending are watched on through the calm phase.
-            if now >= deadline and not k3_at and not stuck:
+            if now >= deadline and not k3_at and not stuck and not self._s3_down():
                 break
             time.sleep(0.02)
         self.state.phases["fault_seconds"] = round(time.monotonic() - started, 2)
+
+    def _s3_down(self) -> bool:
+        return self.bucket is not None and self.bucket.is_down
+
+    def _k8(self, sup: Supervisor) -> None:
+        """K8: the S3 endpoint goes down once exports begin (a worker in an export
+        step, or a compare that found unsaved files, so its export is next) and
+        stays down for most of a fault window: exports in flight and those
+        after it fail, and retry once it is back."""
+        if self.bucket is None or self.bucket.opened_at is not None:
+            return
+        from sandboxes.models import Receipt
+
+        now = time.monotonic()
+        exporting = any(w.step and w.step[1] == "export" for w in sup.live())
+        if not exporting and self.bucket.closed_at is None and now - self._k8_checked >= 0.2:
+            self._k8_checked = now
+            exporting = Receipt.objects.filter(
+                kind="salvage_compare", payload__clean=False
+            ).exists()
+        self.bucket.tick(
+            now,
+            exporting=exporting,
+            latest=float("inf"),
+            seconds=max(self.o.fault_seconds * 0.75, 6.0),
+            say=self.log,
+        )
 
     # --- K5: a provider fault that outlasts a step's budget ----------------------------
 
@@ -626,6 +666,7 @@ class Wave:
         last_line = 0.0
         last_check = 0.0
         while time.monotonic() - started < self.o.converge_timeout:
+            self._k8(sup)
             if self.k1_points:
                 # Still watching for kill points: poll fast, check convergence less often.
                 self._try_kill(self.k1_points, sup)
@@ -639,7 +680,8 @@ class Wave:
             self._k5_release(control)
             self.k7.release()
             self._housekeeping()
-            missing = self._unconverged(fleet)
+            # No convergence while the bucket is down.
+            missing = ["the S3 endpoint is down"] if self._s3_down() else self._unconverged(fleet)
             if not missing:
                 control.faults(script=[])
                 if self.k1_points:
@@ -757,7 +799,11 @@ class Wave:
                 case.held = liars.held_files(self.sim.control, fleet, case)
         unsafe = inv.unsafe_destroys(fleet, calls)
         dupes = inv.duplicate_destroys(fleet, calls)
-        lost, unrecorded = inv.lost_files(fleet, gone, self.media)
+        lost, unrecorded = inv.lost_files(
+            fleet, gone, self.media, self.bucket.stored_sha if self.bucket else None
+        )
+        storage = self.bucket.report() if self.bucket else {"backend": "filesystem"}
+        lost += storage.get("missing_or_wrong", [])
         orphans = inv.orphans(fleet, alive)
         kept = inv.kept_violations(fleet, calls, alive)
         running = inv.left_running(fleet, alive)
@@ -896,6 +942,15 @@ class Wave:
         k4_problems += [f"duplicate: {d}" for d in dupes]
         verdict("k4_workers_race", k4_problems)
 
+        if self.bucket is not None:
+            k8 = [f"not in the bucket with its hash: {x}" for x in storage["missing_or_wrong"]]
+            if not storage["failed_attempts_naming_the_endpoint"]:
+                k8.append("no export failed while the S3 endpoint was down")
+            if not storage["exported_files_checked"]:
+                k8.append("no file was exported to the bucket")
+            if not converged:
+                k8.append("the fleet did not converge")
+            results["k8_object_store_down"] = {"passed": not k8, "problems": k8[:20]}
         passed = sum(1 for r in results.values() if r["passed"])
         report = {
             "seed": self.o.seed,
@@ -909,6 +964,7 @@ class Wave:
             "repeated_compares": repeated,
             "unsafe_destroys": unsafe,
             "lost_files": lost,
+            "storage": storage,
             "duplicate_destroys": dupes,
             "kept": {
                 "expected": sum(1 for c in fleet.cases if c.expect != RETIRED),
@@ -1023,6 +1079,7 @@ def format_report(report: dict) -> str:
         f"  claims that compared more than once: {len(report.get('repeated_compares', []))}",
         f"  unsafe destroys: {len(report['unsafe_destroys'])}",
         f"  lost files: {len(report['lost_files'])}",
+        *_storage_lines(report.get("storage", {})),
         f"  duplicate destroys: {len(report['duplicate_destroys'])}",
         f"  had to be kept and were: {kept['kept']}/{kept['expected']}",
         f"  time to converge: {report['time_to_converge_s']}s"
@@ -1042,3 +1099,15 @@ def format_report(report: dict) -> str:
         f"  wall time: {report['wall_seconds']}s",
     ]
     return "\n".join(lines)
+
+
+def _storage_lines(storage: dict) -> list[str]:
+    if storage.get("backend") != "s3":
+        return []
+    return [
+        f"  S3 bucket {storage['bucket']}: {storage['objects']} objects, "
+        f"{storage['exported_files_checked']} exported files checked, "
+        f"{len(storage['missing_or_wrong'])} missing or wrong; endpoint down "
+        f"{storage['outage'].get('down_seconds')}s, "
+        f"{storage['failed_attempts_naming_the_endpoint']} failed attempts named it"
+    ]

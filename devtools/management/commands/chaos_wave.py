@@ -17,7 +17,7 @@ class Command(BaseCommand):
         "under faults (K1 SIGKILL mid-step, K2 provider faults, K3 database drops, "
         "K4 racing workers, K5 provider faults that outlast a step's budget, K6 a "
         "lease re-pointed to another sandbox after its approval, K7 a toolbox that "
-        "lies), then "
+        "lies, K8 with --storage s3 the object store down), then "
         "convergence and invariant checks. Uses a scratch "
         "database beside DATABASE_URL and the provider simulator on loopback. "
         "Exits 1 when any scenario or invariant fails."
@@ -47,6 +47,13 @@ class Command(BaseCommand):
             default=20,
             help="the workers' per-step provider budget in seconds (k5 outlasts it)",
         )
+        parser.add_argument(
+            "--storage",
+            choices=("filesystem", "s3"),
+            default="filesystem",
+            help="where salvaged files go; s3: a bucket on moto's server on loopback, "
+            "its endpoint shut mid-wave (K8), every exported file checked in the bucket",
+        )
 
     def handle(self, *args, **o):
         if o["workers"] < 2:
@@ -62,6 +69,7 @@ class Command(BaseCommand):
             report=o["report"],
             keep_db=o["keep_db"],
             step_budget=o["step_budget"],
+            storage=o["storage"],
         )
         result = Wave(options, say=lambda line: self.stdout.write(line)).run()
         self.stdout.write(format_report(result.report))
