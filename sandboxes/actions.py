@@ -28,6 +28,14 @@ from sandboxes.rules.holds import blocking_holds, explanation
 from sandboxes.rules.proof import has_approval, proof_key
 
 MAX_BULK_APPROVE = 50
+# The longest an operator may hold a sandbox; admins may hold with no end.
+MAX_HOLD = timedelta(days=90)
+HOLD_FIELDS = (
+    "operator_hold_reason",
+    "operator_hold_by",
+    "operator_hold_at",
+    "operator_hold_until",
+)
 
 # What an API token may do: an operator-scope token the operators' buttons,
 # nothing more; both it and a reviewer-scope token read, salvage included.
@@ -44,6 +52,10 @@ _TOKEN_PERMISSIONS: dict[str, set[str]] = {
 
 class ActionRefused(Exception):
     """The action is not allowed in the record's current state; the message says why."""
+
+
+class BadInput(ActionRefused):
+    """A value given to the action is not one it takes; the message names the field."""
 
 
 def actor_label(actor) -> str:
@@ -100,6 +112,7 @@ def snapshot(r: Retirement) -> dict:
         "stage": r.stage,
         "holds": list(r.holds or []),
         "operator_hold_reason": r.operator_hold_reason,
+        "operator_hold_until": r.operator_hold_until.isoformat() if r.operator_hold_until else None,
         "next_attempt_at": r.next_attempt_at.isoformat() if r.next_attempt_at else None,
         "attempts": r.attempts,
         "needs_attention": r.needs_attention,
@@ -206,10 +219,32 @@ def retry(retirement_id, *, actor, reason: str) -> Retirement:
     return r
 
 
+def hold_end(actor, until, now) -> None:
+    """The end an operator's hold may take (docs/rules.md, holds): within
+    MAX_HOLD; only an admin may hold with no end. Refusals name the field."""
+    if until is None:
+        if not can(actor, "edit_policy"):  # admins (sandboxes.roles)
+            raise BadInput(
+                f"until: give the hold an end, at most {MAX_HOLD.days} days from now; "
+                "only an admin may hold with no end."
+            )
+        return
+    if until.tzinfo is None:
+        raise BadInput("until: give a time with its time zone (UTC if unsure).")
+    if until <= now:
+        raise BadInput("until: the end of a hold must be in the future.")
+    if until > now + MAX_HOLD:
+        raise BadInput(f"until: a hold ends within {MAX_HOLD.days} days of now.")
+
+
 @transaction.atomic
-def hold(retirement_id, *, actor, reason: str) -> Retirement:
+def hold(retirement_id, *, actor, reason: str, until=None) -> Retirement:
+    """Hold a sandbox, until `until` or (admins only) until released; a timed hold
+    is released by the first pass after it ends (sandboxes/reconciler/hold_ends.py)."""
     _require(actor, "hold_retirement")
     reason = _reason(reason)
+    now = timezone.now()
+    hold_end(actor, until, now)
     r = _locked(retirement_id)
     _require_open(r)
     if r.operator_hold_reason:
@@ -217,6 +252,7 @@ def hold(retirement_id, *, actor, reason: str) -> Retirement:
     before = snapshot(r)
     label = actor_label(actor)
     r.operator_hold_reason = reason
+    r.operator_hold_by, r.operator_hold_at, r.operator_hold_until = label[:200], now, until
     r.stage = Stage.HELD
     r.holds = [*[h for h in (r.holds or []) if h != HoldCode.OPERATOR_HOLD], HoldCode.OPERATOR_HOLD]
     r.hold_reasons = {
@@ -226,9 +262,7 @@ def hold(retirement_id, *, actor, reason: str) -> Retirement:
     # A hold during a notice period stops it: nothing is retired at retire_after,
     # and after the hold the owner is told again.
     r.retire_after, r.notice_proof = None, ""
-    _save(
-        r, "operator_hold_reason", "stage", "holds", "hold_reasons", "retire_after", "notice_proof"
-    )
+    _save(r, *HOLD_FIELDS, "stage", "holds", "hold_reasons", "retire_after", "notice_proof")
     audit.record(
         actor=actor,
         action="retirement.hold",
@@ -249,14 +283,10 @@ def release_hold(retirement_id, *, actor, reason: str) -> Retirement:
     if not r.operator_hold_reason and HoldCode.OPERATOR_HOLD not in (r.holds or []):
         raise ActionRefused("No operator hold to release on this sandbox.")
     before = snapshot(r)
-    r.operator_hold_reason = ""
-    r.holds = [h for h in (r.holds or []) if h != HoldCode.OPERATOR_HOLD]
-    r.hold_reasons = {
-        k: v for k, v in (r.hold_reasons or {}).items() if k != HoldCode.OPERATOR_HOLD
-    }
+    r.clear_operator_hold()
     # The stage stays as it is: the reconciler recomputes holds and stage when due.
     r.next_attempt_at = timezone.now()
-    _save(r, "operator_hold_reason", "holds", "hold_reasons", "next_attempt_at")
+    _save(r, *HOLD_FIELDS, "holds", "hold_reasons", "next_attempt_at")
     audit.record(
         actor=actor,
         action="retirement.release_hold",
@@ -307,26 +337,6 @@ def attest(retirement_id, *, actor, typed_sandbox_id: str, reason: str) -> Retir
         after={**snapshot(r), "receipt": str(receipt.pk)},
     )
     return r
-
-
-def bulk_approve(retirement_ids, *, actor, reason: str) -> tuple[list, dict]:
-    """Approve each id in its own transaction; returns (approved ids, {id: refusal})."""
-    _require(actor, "approve_retirement")
-    reason = _reason(reason)
-    ids = list(dict.fromkeys(str(i) for i in retirement_ids))
-    if not ids:
-        raise ActionRefused("Select at least one retirement to approve.")
-    if len(ids) > MAX_BULK_APPROVE:
-        raise ActionRefused(f"Approve at most {MAX_BULK_APPROVE} retirements at a time.")
-    approved, refused = [], {}
-    for rid in ids:
-        try:
-            approve(rid, actor=actor, reason=reason)
-        except ActionRefused as exc:
-            refused[rid] = str(exc)
-        else:
-            approved.append(rid)
-    return approved, refused
 
 
 POLICY_FIELDS = (

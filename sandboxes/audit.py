@@ -44,6 +44,7 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "retirement.corrected": "stopped and retained after an unsuccessful run",
         "lease.stopped_and_retained": "stopped and retained a lease's sandbox",
         "retirement.noticed": "gave notice: retired after the notice period",
+        "retirement.hold_ended": "an operator's hold ended on its own",
     },
 }
 ACTIONS: dict[str, str] = {

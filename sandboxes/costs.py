@@ -31,7 +31,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Coalesce
 
 from sandboxes.models.choices import RetirementKind
 
@@ -109,6 +109,15 @@ def daily_cost_expression():
 
 
 CENT = Decimal("0.01")
+
+
+def cost_sort_expression():
+    """The daily cost to sort by: unknown sorts as -1 (last when costliest comes
+    first), cast to MONEY so a paging cursor holds the value exactly."""
+    return Cast(
+        Coalesce(daily_cost_expression(), Value(Decimal("-1"), output_field=MONEY)),
+        output_field=MONEY,
+    )
 
 
 def money(value: Decimal | None, currency: str = "USD") -> str:

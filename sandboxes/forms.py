@@ -13,6 +13,10 @@ def _blank(label: str, choices) -> list[tuple[str, str]]:
 
 SORTS = {
     "-updated_at": "Recently changed",
+    "kept_since": "Kept longest",
+    "-kept_since": "Kept most recently",
+    "-cost_sort": "Costliest first",
+    "cost_sort": "Cheapest first",
     "updated_at": "Least recently changed",
     "-listed_at": "Newest listed",
     "listed_at": "Oldest listed",
@@ -60,6 +64,49 @@ class KeptFilterForm(forms.Form):
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(max_length=2000, widget=forms.TextInput())
+
+
+class HoldForm(forms.Form):
+    """A hold's reason and its end ("keep until"; the action judges the end:
+    at most 90 days, and only an admin may leave it out)."""
+
+    reason = forms.CharField(max_length=2000, widget=forms.TextInput())
+    until = forms.DateTimeField(
+        required=False,
+        label="Keep until (UTC)",
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        error_messages={"invalid": "until: give a date and time, like 2026-12-24 18:00."},
+    )
+
+
+BULK_CHOICES = [
+    ("hold", "Hold"),
+    ("release_hold", "Release hold"),
+    ("retry", "Retry now"),
+    ("approve", "Approve"),
+]
+
+
+class BulkForm(HoldForm):
+    """The kept-sandbox list's bulk bar: an action on the selected rows, or on
+    every record matching the list's filters (posted beside it)."""
+
+    action = forms.ChoiceField(choices=BULK_CHOICES)
+    ids = forms.MultipleChoiceField(choices=(), required=False)
+    all_matching = forms.BooleanField(required=False, label="All matching these filters")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Ids are checked by each action under the row lock.
+        self.fields["ids"].choices = [(v, v) for v in self.data.getlist("ids")] if self.data else []
+
+    def first_error(self) -> str:
+        """The first problem, naming its field."""
+        for name, errors in self.errors.items():
+            text = str(errors[0])
+            return text if text.startswith(f"{name}:") else f"{name}: {text}"
+        return ""
 
 
 class AttestForm(forms.Form):

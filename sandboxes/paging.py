@@ -6,6 +6,7 @@ import base64
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 
 from django.core.exceptions import ValidationError
 from django.db.models import Q
@@ -22,12 +23,24 @@ class Page:
 def _encode(value) -> dict:
     if isinstance(value, datetime):
         return {"t": "dt", "v": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"t": "dec", "v": str(value)}
     return {"t": "raw", "v": value}
 
 
 def _decode(data: dict):
     if data.get("t") == "dt":
         return parse_datetime(data["v"])
+    if data.get("t") == "dec":
+        if not isinstance(data["v"], str):
+            raise ValueError("not a decimal")
+        try:
+            value = Decimal(data["v"])
+        except InvalidOperation:
+            raise ValueError("not a decimal") from None
+        if not value.is_finite():
+            raise ValueError("not a decimal")
+        return value
     return data.get("v")
 
 
@@ -57,16 +70,27 @@ def decode_cursor(cursor: str):
         return None
 
 
-def _checked(model, field: str, value, pk, param: str):
+def _field(qs, field: str):
+    """The model field, or the output field of the annotation, `field` names."""
+    annotation = qs.query.annotations.get(field)
+    if annotation is not None:
+        return annotation.output_field
+    return qs.model._meta.get_field(field)
+
+
+def _checked(qs, field: str, value, pk, param: str):
     """The cursor's (value, pk) as the field's own Python types, or BadCursor:
     a list, a dict, None, NUL or an out-of-range number must not reach SQL."""
-    model_field = model._meta.get_field(field)
+    model = qs.model
+    model_field = _field(qs, field)
     kind = model_field.get_internal_type()
     expected = (
         datetime
         if kind == "DateTimeField"
         else int
         if kind.endswith("IntegerField") or kind == "AutoField"
+        else Decimal
+        if kind == "DecimalField"
         else str
     )
     # encode_cursor writes datetimes as {"t": "dt"}, everything else as JSON,
@@ -86,7 +110,7 @@ def _checked(model, field: str, value, pk, param: str):
 
 def keyset_page(qs, *, order: str, cursor: str | None, size: int, param: str = "after") -> Page:
     """One page ordered by (`order`, pk), resuming after `cursor`. `order` is a
-    non-null field name, '-' prefixed for descending. No OFFSET, no COUNT.
+    non-null field or annotation name, '-' prefixed for descending. No OFFSET, no COUNT.
     A cursor that is not one this function issued for this order raises
     BadCursor naming `param` (a 400, not a 500 or a silent first page)."""
     desc = order.startswith("-")
@@ -96,7 +120,7 @@ def keyset_page(qs, *, order: str, cursor: str | None, size: int, param: str = "
     if cursor and decoded is None:
         raise BadCursor(param)
     if decoded is not None:
-        value, pk = _checked(qs.model, field, *decoded, param)
+        value, pk = _checked(qs, field, *decoded, param)
         op = "lt" if desc else "gt"
         qs = qs.filter(Q(**{f"{field}__{op}": value}) | Q(**{field: value, f"pk__{op}": pk}))
     rows = list(qs[: size + 1])

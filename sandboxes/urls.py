@@ -5,6 +5,7 @@ from sandboxes.views import (
     admin_pages,
     approvals,
     audit,
+    bulk,
     dashboard,
     notifications,
     passes,
@@ -15,6 +16,7 @@ from sandboxes.views import (
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
     path("sandboxes/", sandboxes.sandbox_list, name="sandbox-list"),
+    path("sandboxes/bulk/", bulk.bulk_act, name="sandbox-bulk"),
     path("sandboxes/<uuid:pk>/", sandboxes.sandbox_detail, name="sandbox-detail"),
     path(
         "sandboxes/<uuid:pk>/provider-state/",

@@ -372,3 +372,12 @@ def salvage_export(
             **payload,
         },
     )
+
+
+def hold_until(days: float = 1):
+    """A valid end for an operator's hold (operators must give one, at most 90 days)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return timezone.now() + timedelta(days=days)

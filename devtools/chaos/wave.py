@@ -268,7 +268,15 @@ class Wave:
         sync_retirements()
         held = fleet.named("hold-operator_hold")
         record = Retirement.objects.get(provider_lease_id=held.sandbox_id)
-        actions.hold(record.pk, actor=self.operator, reason="chaos wave: keep this one")
+        # An operator's hold has an end (at most 90 days): a week, past any wave.
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        until = timezone.now() + timedelta(days=7)
+        actions.hold(
+            record.pk, actor=self.operator, reason="chaos wave: keep this one", until=until
+        )
         self.ingest([e for c in fleet.cases for e in c.post_listing_events])
         n_events = len(events)
         self.state.phases["fleet_seconds"] = round(time.monotonic() - started, 2)

@@ -3,13 +3,17 @@ operator-scope tokens read and act, reviewer-scope tokens read. Actions go
 through `sandboxes.actions`, the same code path and audit rows as the
 console's buttons; a salvage download is the console's own (sandboxes/views/salvage.py)."""
 
+from datetime import datetime
+
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import actions
+from sandboxes.explain import EXPLAIN_RELATED, explained_holds, kept_since
 from sandboxes.ingest.schemas import TooDeep, decode_json
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import HoldCode, RetirementKind, Stage, TokenScope
@@ -35,10 +39,21 @@ def summary(r: Retirement) -> dict:
         "lease_id": str(r.lease_id),
         "kind": r.kind,
         "stage": r.stage,
-        "holds": list(r.holds or []),
-        # What each hold means for this record (which condition Paperclip's
-        # predicate refused a stop on, which recovery is open).
+        # Each hold's code and its words for this record, as every page and
+        # notification says them (sandboxes/explain.py).
+        "holds": explained_holds(r),
+        # The rule's line for each hold (which condition Paperclip's predicate
+        # refused a stop on, which recovery is open).
         "hold_reasons": {code: explanation(code, r.hold_reasons) for code in (r.holds or [])},
+        "operator_hold": {
+            "by": r.operator_hold_by or None,
+            "reason": r.operator_hold_reason,
+            "since": _iso(r.operator_hold_at),
+            "until": _iso(r.operator_hold_until),
+        }
+        if r.operator_hold_reason
+        else None,
+        "kept_since": _iso(kept_since(r)),
         "attempts": r.attempts,
         "next_attempt_at": _iso(r.next_attempt_at),
         "needs_attention": r.needs_attention,
@@ -95,7 +110,7 @@ def kept_sandboxes(request):
     if "\x00" in params.get("environment", ""):
         return _bad("environment cannot contain NUL characters")
     filters = {name: params.get(name, "") for name in ("stage", "kind", "hold", "environment")}
-    qs = Retirement.objects.matching(filters)
+    qs = Retirement.objects.select_related(*EXPLAIN_RELATED).matching(filters)
     try:
         limit = min(max(int(params.get("limit", DEFAULT_LIMIT)), 1), MAX_LIMIT)
     except ValueError:
@@ -116,7 +131,7 @@ def kept_sandboxes(request):
 @require_GET
 @token_required(*READERS)
 def kept_sandbox(request, sandbox_id):
-    r = Retirement.current_for_sandbox(sandbox_id)
+    r = Retirement.current_for_sandbox(sandbox_id, *EXPLAIN_RELATED)
     if r is None:
         return _bad("the console keeps no record of this sandbox", 404)
     return JsonResponse(detail(r))
@@ -175,14 +190,40 @@ def _act(request, sandbox_id, action):
         return _bad('a non-empty "reason" is required')
     if len(reason) > MAX_REASON:
         return _bad(f'"reason" is at most {MAX_REASON} characters ({len(reason)} given)')
+    extra = {}
+    if action == "hold":
+        until, error = _until(body)
+        if error:
+            return _bad(error)
+        extra["until"] = until
     r = Retirement.current_for_sandbox(sandbox_id)
     if r is None:
         return _bad("the console keeps no record of this sandbox", 404)
     try:
-        call(r.pk, actor=request.api_token, reason=reason)
+        call(r.pk, actor=request.api_token, reason=reason, **extra)
     except PermissionDenied as exc:
         return _bad(str(exc) or "not allowed", 403)
+    except actions.BadInput as exc:
+        return _bad(str(exc))
     except actions.ActionRefused as exc:
         return _bad(str(exc), 409)
-    r.refresh_from_db()
+    r = Retirement.objects.select_related(*EXPLAIN_RELATED).get(pk=r.pk)
     return JsonResponse(detail(r))
+
+
+def _until(body: dict) -> tuple[datetime | None, str]:
+    """A hold's optional "until" (ISO 8601 with a time zone), or why not."""
+    raw = body.get("until")
+    if raw is None:
+        return None, ""
+    if not isinstance(raw, str):
+        return None, '"until" is an ISO 8601 time, like "2026-12-24T18:00:00Z"'
+    try:
+        until = parse_datetime(raw.strip())
+    except ValueError:
+        until = None
+    if until is None:
+        return None, '"until" is an ISO 8601 time, like "2026-12-24T18:00:00Z"'
+    if until.tzinfo is None:
+        return None, '"until" needs its time zone (a "Z" for UTC)'
+    return until, ""

@@ -19,6 +19,7 @@ from sandboxes.rules.proof import PROOF_KINDS
 from .choices import (
     STAGES_CLOSED,
     WORKABLE_STAGES,
+    HoldCode,
     ReceiptKind,
     RetirementKind,
     Stage,
@@ -150,6 +151,10 @@ class Retirement(models.Model):
         default=dict, blank=True, help_text="Hold code → one-line explanation."
     )
     operator_hold_reason = models.TextField(blank=True)
+    # Who holds it, since when and until when (None: until released; docs/rules.md, holds).
+    operator_hold_by = models.CharField(max_length=200, blank=True)
+    operator_hold_at = models.DateTimeField(null=True, blank=True)
+    operator_hold_until = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -204,6 +209,12 @@ class Retirement(models.Model):
             models.Index(fields=["stage", "next_attempt_at"], name="retirement_due"),
             models.Index(fields=["provider", "provider_lease_id"], name="retirement_sandbox"),
             models.Index(fields=["kind", "stage"], name="retirement_kind_stage"),
+            # The pass's question each time: which operator holds have ended.
+            models.Index(
+                fields=["operator_hold_until"],
+                condition=Q(operator_hold_until__isnull=False),
+                name="retirement_hold_until",
+            ),
         ]
         permissions = [
             ("approve_retirement", "Can approve a retirement"),
@@ -236,6 +247,16 @@ class Retirement(models.Model):
             .order_by("closed", "-listed_at")
             .first()
         )
+
+    def clear_operator_hold(self) -> None:
+        """Forget the operator's hold (released, or its end has come); the stage
+        stays: the reconciler recomputes holds and stage when the record is due."""
+        self.operator_hold_reason, self.operator_hold_by = "", ""
+        self.operator_hold_at = self.operator_hold_until = None
+        self.holds = [h for h in (self.holds or []) if h != HoldCode.OPERATOR_HOLD]
+        self.hold_reasons = {
+            k: v for k, v in (self.hold_reasons or {}).items() if k != HoldCode.OPERATOR_HOLD
+        }
 
     @property
     def is_open(self) -> bool:

@@ -105,6 +105,9 @@ def message_text(payload: dict) -> tuple[str, str]:
     ):
         if value not in (None, ""):
             lines.append(f"{label}: {value}")
+    for hold in payload.get("holds") or []:
+        if isinstance(hold, dict) and hold.get("explanation"):
+            lines.append(f"Hold: {hold['explanation']}")
     exported = payload.get("exported") or []
     if exported:
         lines.append(f"Exported to the task: {len(exported)} file(s)")

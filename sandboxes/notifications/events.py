@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from sandboxes.explain import explained_holds
 from sandboxes.models import (
     Attachment,
     Environment,
@@ -79,6 +80,8 @@ def record_payload(r: Retirement) -> dict:
         "record_id": str(r.pk),
         "record_url": absolute(reverse("sandbox-detail", args=[r.pk])),
         "lease_id": str(r.lease_id),
+        # Each hold in the words every page says it (sandboxes/explain.py).
+        "holds": explained_holds(r),
     }
 
 

@@ -24,6 +24,7 @@ from sandboxes.models import Environment, ReconcilerPass, Retirement
 from sandboxes.models.passes import RECORDS_KEPT
 
 from . import changes, claims, machine, paperclip_uploads, sizes
+from .hold_ends import end_operator_holds
 from .listing import evaluate_fleet, sync_retirements
 from .liveness import Heartbeat, interrupt_gone, worker_name
 from .preservation import record_preservation_sources, resolve_preservation_actions
@@ -147,6 +148,7 @@ def _run(record, env_id, started, provider_for, progress, progress_every) -> Rec
     errors: list = []
     beat = Heartbeat(record.pk)
     _interrupt_gone(started)
+    _end_holds(env_id, started, errors)
     _list_step(record, env_id, started, errors)
     # A full listing is a pass's slow part; a reused one takes no time to report.
     beat.beat(force=not record.listing.get("reused"))
@@ -178,6 +180,20 @@ def _list_step(record: ReconcilerPass, env_id, started, errors: list) -> None:
     except Exception as exc:
         log.exception("listing failed")
         errors.append({"step": "listing", "error": f"{type(exc).__name__}: {exc}"[:500]})
+
+
+def _end_holds(env_id, started, errors: list) -> None:
+    """Operator holds whose end has come are released before the listing, which
+    then judges those records again (hold_ends.py)."""
+    try:
+        ended = end_operator_holds(env_id, now=started)
+    except claims.DB_LOST as exc:
+        log.warning("ending holds: database connection lost: %s", exc)
+        errors.append({"step": "hold_ends", "error": f"{type(exc).__name__}: {exc}"[:500]})
+        claims.reset_connection()
+    else:
+        if ended:
+            log.info("%s operator holds ended", ended)
 
 
 def _interrupt_gone(started) -> None:

@@ -256,15 +256,23 @@ def phrase(
     run_status: str = "",
     retention_until: str = "",
     operator_reason: str = "",
+    operator: str = "",
+    operator_since: str = "",
+    operator_until: str = "",
 ) -> str:
-    """One hold as the sandbox list says it, with its end when it has one, from
-    plain values the list already loaded: the record's stored line (`reason`),
-    the task's key, the lease's run (short id, status in words), when the
-    retention ends (in words) and the operator's reason."""
+    """One hold as every page, the API and the notifications say it, with its end
+    when it has one, from plain values already loaded: the record's stored line
+    (`reason`), the task's key, the lease's run (short id, status in words), when
+    the retention ends (in words), and the operator's hold: who, why, since and
+    until when (in words)."""
     if code == HoldCode.RETENTION and retention_until:
         return f"retention until {retention_until}"
     if code == HoldCode.RUN_ACTIVE and run:
         return f"waiting for run {run} ({run_status})"
+    if code == HoldCode.OPERATOR_HOLD and operator:
+        when = [f"since {operator_since}"] if operator_since else []
+        when.append(f"until {operator_until}" if operator_until else "until released")
+        return f"held by {operator}: {operator_reason or 'no reason'} ({', '.join(when)})"
     specific = _specific(code, reason)
     if specific:
         return specific

@@ -143,3 +143,11 @@ def heartbeat():
     from sandboxes.models import ReconcilerPass
 
     return {"pulse": ReconcilerPass.objects.pulse()}
+
+
+@register.filter
+def span_since(moment, now):
+    """How long ago `moment` was, as a duration ("3 d 4 h")."""
+    if moment is None or now is None:
+        return humanize.DASH
+    return humanize.duration(now - moment)

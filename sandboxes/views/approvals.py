@@ -4,10 +4,12 @@ from collections import defaultdict
 
 from django.contrib import messages
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from sandboxes import actions
+from sandboxes import actions, bulk
+from sandboxes.explain import EXPLAIN_RELATED, explained_holds, next_countdown, with_glance
 from sandboxes.forms import BulkApproveForm
 from sandboxes.models import Receipt, Retirement
 from sandboxes.models.choices import Stage
@@ -22,7 +24,7 @@ PAGE_SIZE = actions.MAX_BULK_APPROVE
 def queue_context(request, *, results=None, error="", form=None) -> dict:
     waiting = Retirement.objects.filter(stage=Stage.AWAITING_APPROVAL)
     page = keyset_page(
-        waiting.select_related("environment", "lease__issue"),
+        with_glance(waiting.select_related(*EXPLAIN_RELATED)),
         order="listed_at",
         cursor=request.GET.get("after"),
         size=PAGE_SIZE,
@@ -32,12 +34,21 @@ def queue_context(request, *, results=None, error="", form=None) -> dict:
         by_retirement[receipt.retirement_id].append(receipt)
     fingerprints = fingerprints_of(page.items)
     rows = []
+    now = timezone.now()
     for r in page.items:
         receipts = by_retirement[r.pk]
         proof = proof_from_receipts(
             r, receipts, fingerprints[r.pk], workspace=replaced_workspace(r)
         )
-        rows.append({"r": r, "proof": proof, "approved": has_approval(r, proof, receipts)})
+        rows.append(
+            {
+                "r": r,
+                "proof": proof,
+                "approved": has_approval(r, proof, receipts),
+                "holds": explained_holds(r),
+                "countdown": next_countdown(r, now, r.awaiting_since),
+            }
+        )
     return {
         "rows": rows,
         "total": counted(waiting),
@@ -67,7 +78,7 @@ def bulk_approve(request):
     results, error = None, ""
     if form.is_valid():
         try:
-            approved, refused = actions.bulk_approve(
+            approved, refused = bulk.bulk_approve(
                 form.cleaned_data["ids"], actor=request.user, reason=form.cleaned_data["reason"]
             )
         except actions.ActionRefused as exc:

@@ -22,8 +22,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 
-from sandboxes.rules.codes import HoldCode
-from sandboxes.rules.holds import phrase
+from sandboxes.explain import hold_phrase, short
 from sandboxes.rules.words import DASH, absolute, duration, relative, size, size_gib
 
 # The words themselves are the ground floor's (pages, actions and refusals share them).
@@ -161,36 +160,6 @@ def change_rows(before: dict | None, after: dict | None) -> list[Change]:
     return changed + context
 
 
-# --- holds in plain words (docs/rules.md, holds) ----------------------------------------
+# --- holds in plain words (docs/rules.md, holds): one copy, sandboxes/explain.py ----------
 
-
-def short(value, size: int = 8) -> str:
-    text = str(value or "")
-    return text if len(text) <= size + 2 else f"{text[:size]}…"
-
-
-def _when(moment) -> str:
-    local = timezone.localtime(moment)
-    return f"{local:%b} {local.day} {local:%H:%M}"
-
-
-def hold_phrase(code: str, r) -> str:
-    """One hold, as a person reads it on the list (`sandboxes.rules.holds:phrase`,
-    the one table of hold words), from what the list already loads: the record's
-    stored line, its lease with the lease's run and task, its environment."""
-    lease = getattr(r, "lease", None)
-    env = getattr(r, "environment", None)
-    issue = getattr(lease, "issue", None) if lease is not None else None
-    run = getattr(lease, "heartbeat_run", None) if lease is not None else None
-    until = ""
-    if code == HoldCode.RETENTION and lease is not None and lease.released_at and env is not None:
-        until = _when(lease.released_at + env.warm_retention)
-    return phrase(
-        code,
-        reason=(getattr(r, "hold_reasons", None) or {}).get(code, ""),
-        task=(issue.key or short(issue.pk)) if issue is not None else "the task",
-        run=short(run.pk, 4) if run is not None else "",
-        run_status=_label(run.status) if run is not None else "",
-        retention_until=until,
-        operator_reason=getattr(r, "operator_hold_reason", "") or "",
-    )
+__all__ = ["change_rows", "hold_phrase", "short", "shown"]

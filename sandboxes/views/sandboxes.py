@@ -13,8 +13,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from sandboxes import actions, audit
-from sandboxes.costs import daily_cost, daily_cost_expression
-from sandboxes.forms import AttestForm, KeptFilterForm, ReasonForm
+from sandboxes.costs import cost_sort_expression, daily_cost, daily_cost_expression
+from sandboxes.explain import explained_holds, kept_since, next_countdown, with_glance
+from sandboxes.forms import AttestForm, HoldForm, KeptFilterForm, ReasonForm
 from sandboxes.models import (
     Attachment,
     AuditEvent,
@@ -27,8 +28,9 @@ from sandboxes.models import (
 from sandboxes.models.choices import ReceiptKind, Stage
 from sandboxes.paging import keyset_page
 from sandboxes.proof import fingerprint_from, replaced_workspace
-from sandboxes.rules.holds import blocking_holds, explanation
+from sandboxes.rules.holds import blocking_holds
 from sandboxes.rules.proof import PROOF_KINDS, has_approval, proof_from_receipts, void_reason
+from sandboxes.views.bulk import bulk_context
 from sandboxes.views.common import (
     LIVE_TRIGGER,
     console_view,
@@ -60,13 +62,16 @@ def sandbox_list(request):
         "environment", "lease__issue", "lease__heartbeat_run"
     ).matching(data)
     total = counted(qs)
-    qs = qs.annotate(daily=daily_cost_expression())
+    qs = with_glance(qs.annotate(daily=daily_cost_expression(), cost_sort=cost_sort_expression()))
     page = keyset_page(
         qs,
         order=data.get("sort") or "-updated_at",
         cursor=request.GET.get("after"),
         size=PAGE_SIZE,
     )
+    now = timezone.now()
+    for r in page.items:
+        r.countdown = next_countdown(r, now, r.awaiting_since)
     widen = ""
     if not page.items and (data.get("stage") or "") != "all":
         # An empty search inside the default "open stages": the sandbox may be closed.
@@ -85,6 +90,8 @@ def sandbox_list(request):
         "query": query_without(request, "fp", "after"),
         "page_query": query_without(request, "fp"),
         "first_page": not request.GET.get("after"),
+        "now": now,
+        **bulk_context(request, form),
     }
     if request.htmx and request.GET.get("fp") is not None:
         return with_etag(render(request, "sandboxes/list.html#rows", context), request, fingerprint)
@@ -176,7 +183,7 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         attachments.setdefault(a.sha256, a)
     user = request.user
     is_open = r.is_open
-    holds = [{"code": code, "text": explanation(code, r.hold_reasons)} for code in (r.holds or [])]
+    holds = explained_holds(r)
     events = list(
         AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).order_by("-at")[:HISTORY_ROWS]
     )
@@ -213,7 +220,18 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
         "awaiting": r.stage == Stage.AWAITING_APPROVAL,
         "error": error,
         "notice": notice,
-        "now": timezone.now(),
+        **_glance(r, user),
+    }
+
+
+def _glance(r: Retirement, user) -> dict:
+    """When the sandbox goes and how long it has been kept (sandboxes/explain.py)."""
+    now = timezone.now()
+    return {
+        "now": now,
+        "kept_since": kept_since(r),
+        "countdown": next_countdown(r, now) if r.is_open else None,
+        "may_hold_forever": user.has_perm("sandboxes.edit_policy"),
     }
 
 
@@ -363,6 +381,8 @@ def _act(request, pk, name: str, form_class, call):
         error = (
             "A reason is required."
             if "reason" in form.errors
+            else str(form.errors["until"][0])
+            if "until" in form.errors
             else "Type the sandbox id exactly as shown to confirm."
         )
     else:
@@ -408,7 +428,7 @@ def retry(request, pk):
 @console_view
 @permission("hold_retirement")
 def hold(request, pk):
-    return _act(request, pk, "hold", ReasonForm, actions.hold)
+    return _act(request, pk, "hold", HoldForm, actions.hold)
 
 
 @require_POST

@@ -8,7 +8,7 @@ from django.urls import reverse
 from sandboxes.models import AuditEvent, Receipt
 from sandboxes.models.choices import ReceiptKind, Stage
 from sandboxes.proof import fingerprint_of
-from tests.factories import EnvironmentFactory, RetirementFactory
+from tests.factories import EnvironmentFactory, RetirementFactory, hold_until
 
 
 def _auth(raw):
@@ -95,6 +95,8 @@ def test_it_shows_one_sandbox_in_the_documented_shape(client, operator_token, aw
         "stage",
         "holds",
         "hold_reasons",
+        "operator_hold",
+        "kept_since",
         "attempts",
         "next_attempt_at",
         "needs_attention",
@@ -161,7 +163,8 @@ def test_it_refuses_to_approve_without_proof(client, operator_token, unproven):
 def test_it_acts_with_one_audit_row(client, operator_token, db, action):
     _, raw = operator_token
     r = RetirementFactory()
-    response = _act(client, raw, r.provider_lease_id, action, {"reason": "because"})
+    body = {"reason": "because", "until": hold_until().isoformat()}
+    response = _act(client, raw, r.provider_lease_id, action, body)
     assert response.status_code == 200
     (event,) = AuditEvent.objects.all()
     assert event.action == f"retirement.{action}"
@@ -171,9 +174,10 @@ def test_it_acts_with_one_audit_row(client, operator_token, db, action):
 def test_it_holds_and_releases(client, operator_token, db):
     _, raw = operator_token
     r = RetirementFactory()
-    assert _act(client, raw, r.provider_lease_id, "hold", {"reason": "a"}).json()["holds"] == [
-        "operator_hold"
-    ]
+    body = {"reason": "a", "until": hold_until().isoformat()}
+    holds = _act(client, raw, r.provider_lease_id, "hold", body).json()["holds"]
+    assert [h["code"] for h in holds] == ["operator_hold"]
+    assert holds[0]["explanation"].startswith("held by token:")
     data = _act(client, raw, r.provider_lease_id, "release-hold", {"reason": "b"}).json()
     assert data["holds"] == []
     assert [e.action for e in AuditEvent.objects.order_by("at")] == [
@@ -224,8 +228,9 @@ def test_it_reads_and_acts_on_an_id_with_slashes(client, operator_token, db, enc
     assert response.json()["sandbox_id"] == SSH_ID
     assert response.json()["provider"] == "ssh"
 
-    data = _act(client, raw, path, "hold", {"reason": "looking"}).json()
-    assert data["sandbox_id"] == SSH_ID and data["holds"] == ["operator_hold"]
+    body = {"reason": "looking", "until": hold_until().isoformat()}
+    data = _act(client, raw, path, "hold", body).json()
+    assert data["sandbox_id"] == SSH_ID and [h["code"] for h in data["holds"]] == ["operator_hold"]
     (event,) = AuditEvent.objects.all()
     assert event.object_id == str(r.pk)
     # The verb after an id is still only a verb on POST.

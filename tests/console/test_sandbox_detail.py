@@ -6,9 +6,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
 
+from sandboxes.explain import hold_phrase
 from sandboxes.models import Attachment, AuditEvent
 from sandboxes.models.choices import LeaseStatus, ReceiptKind, Stage
-from sandboxes.rules.holds import HOLD_EXPLANATIONS
+from sandboxes.rules.holds import HOLDS
 from tests.console.conftest import clean_compare
 from tests.factories import (
     EnvironmentLeaseFactory,
@@ -41,24 +42,26 @@ def test_it_shows_every_lease_row_on_the_sandbox_as_a_timeline(as_reviewer, db):
     assert "this retirement's lease" in body
 
 
-def test_it_explains_every_hold(as_reviewer, db):
+def test_it_explains_every_hold_as_the_list_does(as_reviewer, db):
     r = RetirementFactory(
         holds=["retention", "unknown_age"],
         hold_reasons={"retention": "Released 3 h ago; retention is 24 h."},
     )
     body = _detail(as_reviewer, r).content.decode()
-    assert "Released 3 h ago; retention is 24 h." in body
-    assert escape(HOLD_EXPLANATIONS["unknown_age"]) in body
+    assert escape(hold_phrase("retention", r)).startswith("retention until ")
+    assert escape(hold_phrase("retention", r)) in body
+    assert escape(HOLDS["unknown_age"].phrase) in body
 
 
-def test_a_hold_without_a_stored_reason_shows_the_rules_own_line(as_reviewer, db):
+def test_a_hold_without_a_stored_reason_shows_the_rules_own_words(as_reviewer, db):
     """Regression: the page kept its own copy of the hold texts, which had no
     line for provider_unsupported (an empty explanation) and worded others
     differently from the reconciler. Now one source: rules/holds.py."""
     r = RetirementFactory(holds=["provider_unsupported", "recovery_open"], hold_reasons={})
     body = _detail(as_reviewer, r).content.decode()
-    assert escape(HOLD_EXPLANATIONS["provider_unsupported"]) in body
-    assert escape(HOLD_EXPLANATIONS["recovery_open"]) in body
+    assert escape(HOLDS["provider_unsupported"].phrase) in body
+    key = r.lease.issue.key
+    assert escape(HOLDS["recovery_open"].phrase.format(task=key)) in body
 
 
 def test_it_shows_the_compare_diff_with_sizes(as_reviewer, db):

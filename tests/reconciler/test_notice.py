@@ -111,7 +111,7 @@ def test_a_hold_during_the_notice_keeps_the_sandbox(warm, reconcile, local, oper
     assert r.stage == m.Stage.NOTICED
     first_notice = r.retire_after
 
-    actions.hold(r.pk, actor=operator, reason="the owner still needs it")
+    actions.hold(r.pk, actor=operator, reason="the owner still needs it", until=f.hold_until())
     r.refresh_from_db()
     assert r.stage == m.Stage.HELD and r.retire_after is None and r.notice_proof == ""
     expire_notice(r)  # the notice period would be over now

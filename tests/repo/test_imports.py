@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.audit",
             "sandboxes.content_store",
             "sandboxes.costs",
+            "sandboxes.explain",
             "sandboxes.ingest",
             "sandboxes.logging",
             "sandboxes.mirror",
@@ -51,7 +52,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # check, refusals and storable text as sandboxes.actions.
     (
         "operator actions",
-        ("sandboxes.actions", "sandboxes.notifications.channels", "sandboxes.run_now"),
+        (
+            "sandboxes.actions",
+            "sandboxes.bulk",
+            "sandboxes.notifications.channels",
+            "sandboxes.run_now",
+        ),
     ),
     (
         "pages, API and commands",

@@ -45,6 +45,12 @@ def _reason(world):
     return {"reason": "security test"}
 
 
+def _hold(world):
+    from tests.factories import hold_until
+
+    return {"reason": "security test", "until": hold_until().strftime("%Y-%m-%dT%H:%M")}
+
+
 def _policy(world):
     env = world["environment"]
     data = {
@@ -62,7 +68,18 @@ def _policy(world):
 
 
 RETIREMENT_FIELDS = frozenset({"next_attempt_at", "updated_at"})
-HOLD_FIELDS = frozenset({"operator_hold_reason", "stage", "holds", "hold_reasons", "updated_at"})
+HOLD_FIELDS = frozenset(
+    {
+        "operator_hold_reason",
+        "operator_hold_by",
+        "operator_hold_at",
+        "operator_hold_until",
+        "stage",
+        "holds",
+        "hold_reasons",
+        "updated_at",
+    }
+)
 
 ACTIONS = [
     Action(
@@ -89,7 +106,7 @@ ACTIONS = [
         OPERATORS_AND_ADMINS,
         "retirement.hold",
         "awaiting",
-        _reason,
+        _hold,
         302,
         may_change=HOLD_FIELDS,
     ),
@@ -111,6 +128,15 @@ ACTIONS = [
         302,
         creates={"sandboxes.Receipt": 1},
         may_change=RETIREMENT_FIELDS,
+    ),
+    Action(
+        "sandbox-bulk",
+        OPERATORS_AND_ADMINS,
+        "retirement.hold",
+        None,
+        lambda w: {"action": "hold", "ids": [str(w["awaiting"].pk)], **_hold(w)},
+        302,
+        status_tells=False,
     ),
     Action(
         "approvals-bulk",

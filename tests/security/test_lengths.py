@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from sandboxes.models import ApiToken, AuditEvent
+from tests.factories import hold_until
 
 from .conftest import changes, client_for, snapshot
 
@@ -43,14 +44,21 @@ def test_a_reason_longer_than_the_consoles_is_a_400_naming_it(world, operator_to
     response = _act(world, raw, json.dumps({"reason": "r" * 2001}))
     assert response.status_code == 400 and '"reason"' in response.json()["error"]
     assert snapshot(world["awaiting"]) == before
-    assert _act(world, raw, json.dumps({"reason": "r" * 2000})).status_code == 200
+    assert (
+        _act(
+            world, raw, json.dumps({"reason": "r" * 2000, "until": hold_until().isoformat()})
+        ).status_code
+        == 200
+    )
 
 
 def test_a_long_named_token_acts_without_a_500(world):
     """Regression: a 200-character token name (allowed by the form) made every
     audited action of that token a 500 — "token:" + name exceeds the column."""
     token, raw = ApiToken.issue("n" * 200, "operator")
-    response = _act(world, raw, json.dumps({"reason": "long name"}))
+    response = _act(
+        world, raw, json.dumps({"reason": "long name", "until": hold_until().isoformat()})
+    )
     assert response.status_code == 200
     label = AuditEvent.objects.get(action="retirement.hold").actor_label
     assert label.startswith("token:nnn") and len(label) == 200

@@ -10,7 +10,7 @@ from django.utils import timezone
 from devtools.events import EPOCH, Events
 from sandboxes.models import ApiToken, AuditEvent, NotificationDelivery, NotificationType
 from sandboxes.notifications.events import emit
-from tests.factories import AttachmentFactory
+from tests.factories import AttachmentFactory, hold_until
 
 from .conftest import changes, client_for, snapshot
 from .endpoints import (
@@ -155,7 +155,7 @@ def _act(raw, sandbox_id, action, client=None, **headers):
         headers["HTTP_AUTHORIZATION"] = f"Bearer {raw}"
     return (client or client_for()).post(
         f"/api/v1/kept-sandboxes/{sandbox_id}/{action}",
-        json.dumps({"reason": "security test"}),
+        json.dumps({"reason": "security test", "until": hold_until().isoformat()}),
         content_type="application/json",
         **headers,
     )

@@ -1,9 +1,11 @@
 import io
 import json
 import tempfile
+from datetime import timedelta
 
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
 from devtools.demo import demo_events, ensure_sandboxes, newer_lease_events, set_demo_prices
 from sandboxes import audit
@@ -44,7 +46,18 @@ class Command(BaseCommand):
         ).exclude(stage__in=["retired", "dismissed"])
         for r in held:
             r.operator_hold_reason = "demo: waiting for the task owner to confirm"
-            r.save(update_fields=["operator_hold_reason", "updated_at"])
+            # Who, since when and until when: the list shows a timed hold's end.
+            r.operator_hold_by, r.operator_hold_at = "alice", timezone.now()
+            r.operator_hold_until = r.operator_hold_at + timedelta(days=3)
+            r.save(
+                update_fields=[
+                    "operator_hold_reason",
+                    "operator_hold_by",
+                    "operator_hold_at",
+                    "operator_hold_until",
+                    "updated_at",
+                ]
+            )
             audit.record(actor=None, action="retirement.hold", obj=r, reason=r.operator_hold_reason)
         # Prices, then one read of the sizes, so the dashboard shows money at once
         # (each pass reads them again, sandboxes/reconciler/sizes.py).
