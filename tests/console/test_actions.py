@@ -9,7 +9,7 @@ from sandboxes.proof import fingerprint_of
 from tests.factories import RetirementFactory, hold_until
 
 
-def UNTIL():
+def _until():
     return hold_until().strftime("%Y-%m-%dT%H:%M")
 
 
@@ -109,7 +109,7 @@ def test_it_retries_now(as_operator, operator, db):
 
 def test_it_holds_and_releases(as_operator, operator, db):
     r = RetirementFactory(stage=Stage.LISTED, holds=["retention"], hold_reasons={"retention": "x"})
-    _post(as_operator, "sandbox-hold", r, reason="customer asked to keep it", until=UNTIL())
+    _post(as_operator, "sandbox-hold", r, reason="customer asked to keep it", until=_until())
     r.refresh_from_db()
     assert r.stage == Stage.HELD
     assert r.operator_hold_reason == "customer asked to keep it"
@@ -142,7 +142,7 @@ def test_it_refuses_to_release_what_is_not_held(as_operator, db):
 def test_it_refuses_to_act_on_a_closed_retirement(as_operator, db):
     r = RetirementFactory(stage=Stage.RETIRED)
     for name in ("sandbox-retry", "sandbox-hold"):
-        response = _post(as_operator, name, r, reason="x", until=UNTIL())
+        response = _post(as_operator, name, r, reason="x", until=_until())
         assert b"closed" in response.content
     assert AuditEvent.objects.count() == 0
 

@@ -132,6 +132,23 @@ def test_a_phrase_names_what_the_record_knows():
     assert phrase("not_a_hold") == "not a hold"
 
 
+def test_an_operator_hold_says_who_why_since_and_until():
+    assert phrase(
+        HoldCode.OPERATOR_HOLD,
+        operator_reason="waiting for the owner",
+        operator="alice",
+        operator_since="Dec 1 09:00",
+        operator_until="Dec 4 09:00",
+    ) == ("held by alice: waiting for the owner (since Dec 1 09:00, until Dec 4 09:00)")
+    # An admin's hold with no end says so.
+    assert phrase(
+        HoldCode.OPERATOR_HOLD,
+        operator_reason="audit",
+        operator="root",
+        operator_since="Dec 1 09:00",
+    ) == ("held by root: audit (since Dec 1 09:00, until released)")
+
+
 def test_a_stored_line_that_names_more_than_the_rule_is_the_phrase():
     refused = "Stop not confirmed: the lease's cleanup_status is pending, not success."
     assert phrase(HoldCode.NO_STOP_RECEIPT, reason=refused) == (
