@@ -76,6 +76,13 @@ def fleet(db):
         stage=Stage.HELD,
         holds=["run_active", "retention", "operator_hold"],
         operator_hold_reason="the task owner asked to keep it until the review is done",
+        operator_hold_by="bob",
+        operator_hold_at=now - timedelta(hours=5),
+        operator_hold_until=now + timedelta(days=2),
+    )
+    # A notice running out within the hour: the red countdown, in words too.
+    f.RetirementFactory(
+        lease__environment=env, stage=Stage.NOTICED, retire_after=now + timedelta(minutes=40)
     )
     awaiting = f.RetirementFactory(lease__environment=env, stage=Stage.AWAITING_APPROVAL)
     f.ReceiptFactory(
