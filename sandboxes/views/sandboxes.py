@@ -71,7 +71,7 @@ def sandbox_list(request):
     )
     now = timezone.now()
     for r in page.items:
-        r.countdown = next_countdown(r, now, r.awaiting_since)
+        r.countdown = next_countdown(r, now, r.awaiting_since) if r.is_open else None
     widen = ""
     if not page.items and (data.get("stage") or "") != "all":
         # An empty search inside the default "open stages": the sandbox may be closed.
