@@ -81,6 +81,8 @@ def _sandbox_ids(ids) -> dict[str, str]:
 def _run(request) -> tuple[dict | None, str]:
     form = BulkForm(request.POST)
     name = request.POST.get("action", "")
+    if not _allowed(request.user):
+        raise PermissionDenied("bulk actions are not allowed for this account")
     if name in bulk.BULK_ACTIONS and not request.user.has_perm(
         f"sandboxes.{bulk.BULK_ACTIONS[name][1]}"
     ):

@@ -46,6 +46,7 @@ def _all_actions(objects):
     urls = [reverse(n, kwargs={"pk": objects["retirement"].pk}) for n in RETIREMENT_ACTIONS]
     urls += [
         reverse("approvals-bulk"),
+        reverse("sandbox-bulk"),
         reverse("environment-policy", kwargs={"pk": objects["environment"].pk}),
         reverse("token-create"),
         reverse("token-revoke", kwargs={"pk": objects["token"].pk}),
