@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sandboxes", "0020_salvage_download_and_reviewer_tokens"),
+        ("sandboxes", "0022_pass_records_and_run_now"),
     ]
 
     operations = [
