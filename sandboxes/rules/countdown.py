@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .codes import HoldCode, Stage
+from .words import duration
 
 SOON = timedelta(hours=24)  # amber under a day
 NOW = timedelta(hours=1)  # red under an hour
@@ -29,18 +30,9 @@ class Countdown:
 
 
 def span(delta: timedelta) -> str:
-    """A duration for people: "45 s", "4 min", "3 h", "1 d 4 h" (whole units, cut down)."""
-    seconds = max(int(delta.total_seconds()), 0)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes and hours < 3 else f"{hours} h"
-    if minutes:
-        return f"{minutes} min"
-    return f"{seconds} s"
+    """A duration left or waited, in the console's one format (`words.duration`:
+    "45 s", "4 min 59 s", "1 d 4 h"); a moment passed reads "0 s"."""
+    return duration(max(delta, timedelta(0)))
 
 
 def _urgency(left: timedelta) -> str:

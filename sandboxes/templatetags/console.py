@@ -147,7 +147,8 @@ def heartbeat():
 
 @register.filter
 def span_since(moment, now):
-    """How long ago `moment` was, as a duration ("3 d 4 h")."""
+    """How long since `moment`, as a duration ("3 d 4 h"), in the one `<time>`
+    (the absolute moment on hover)."""
     if moment is None or now is None:
         return humanize.DASH
-    return humanize.duration(now - moment)
+    return humanize.time_element(moment, now, text=humanize.duration(now - moment))

@@ -16,15 +16,15 @@ NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
     ("delta", "words"),
     [
         (timedelta(seconds=45), "45 s"),
-        (timedelta(minutes=4, seconds=59), "4 min"),
+        (timedelta(minutes=4, seconds=59), "4 min 59 s"),
         (timedelta(hours=2, minutes=30), "2 h 30 min"),
-        (timedelta(hours=5, minutes=30), "5 h"),
+        (timedelta(hours=5, minutes=30), "5 h 30 min"),
         (timedelta(days=1, hours=4, minutes=10), "1 d 4 h"),
         (timedelta(days=2), "2 d"),
         (timedelta(seconds=-5), "0 s"),
     ],
 )
-def test_a_duration_reads_in_whole_units(delta, words):
+def test_a_countdown_reads_in_the_one_duration_format(delta, words):
     assert span(delta) == words
 
 
