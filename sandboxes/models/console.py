@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
@@ -128,6 +128,31 @@ class RetirementQuerySet(models.QuerySet):
         elif filters.get("attention") == "no":
             qs = qs.filter(needs_attention=False)
         return qs.search(filters.get("q") or "")
+
+    def awaiting_decision(self):
+        """At awaiting approval with no approval since its newest proof: what the
+        approvals queue and the dashboard's tile count (an approved record waits
+        only for the next pass: docs/rules.md, "An approval counts only for the
+        proof it approved")."""
+        return self.filter(stage=Stage.AWAITING_APPROVAL).exclude(Exists(_approval_standing()))
+
+    def approved_for_next_pass(self):
+        """At awaiting approval, approved since its newest proof: the next pass retires it."""
+        return self.filter(stage=Stage.AWAITING_APPROVAL).filter(Exists(_approval_standing()))
+
+
+def _approval_standing():
+    """An approval receipt of the outer record that no later proof receipt
+    supersedes. The exact check, bound to the sandbox's fingerprint, is
+    `sandboxes/rules/proof.py:has_approval`; this is its cheap SQL half."""
+    newer_proof = Receipt.objects.filter(
+        retirement=OuterRef("retirement"),
+        kind__in=PROOF_KINDS,
+        confirmed_at__gt=OuterRef("confirmed_at"),
+    )
+    return Receipt.objects.filter(retirement=OuterRef("pk"), kind=ReceiptKind.APPROVAL).exclude(
+        Exists(newer_proof)
+    )
 
 
 class Retirement(models.Model):

@@ -12,7 +12,6 @@ from sandboxes import actions, bulk
 from sandboxes.explain import EXPLAIN_RELATED, explained_holds, next_countdown, with_glance
 from sandboxes.forms import BulkApproveForm
 from sandboxes.models import Receipt, Retirement
-from sandboxes.models.choices import Stage
 from sandboxes.paging import keyset_page
 from sandboxes.proof import fingerprints_of, replaced_workspace
 from sandboxes.rules.proof import has_approval, proof_from_receipts
@@ -21,8 +20,17 @@ from sandboxes.views.common import console_view, counted, permission
 PAGE_SIZE = actions.MAX_BULK_APPROVE
 
 
+APPROVED_SHOWN = 20
+
+
 def queue_context(request, *, results=None, error="", form=None) -> dict:
-    waiting = Retirement.objects.filter(stage=Stage.AWAITING_APPROVAL)
+    # An approved record leaves the queue at once: it waits only for the next pass.
+    waiting = Retirement.objects.awaiting_decision()
+    approved = list(
+        Retirement.objects.approved_for_next_pass()
+        .select_related("environment")
+        .order_by("-updated_at")[:APPROVED_SHOWN]
+    )
     page = keyset_page(
         with_glance(waiting.select_related(*EXPLAIN_RELATED)),
         order="listed_at",
@@ -52,6 +60,7 @@ def queue_context(request, *, results=None, error="", form=None) -> dict:
     return {
         "rows": rows,
         "total": counted(waiting),
+        "approved_rows": approved,
         "page": page,
         "results": results,
         "error": error,

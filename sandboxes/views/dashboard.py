@@ -262,7 +262,7 @@ def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
     open_total = sum(n for s, n in by_stage.items() if s not in STAGES_CLOSED)
     failing = Retirement.objects.open().filter(Q(stage=Stage.FAILED) | Q(needs_attention=True))
     rows = (
-        (Retirement.objects.filter(stage=Stage.AWAITING_APPROVAL) | failing)
+        (Retirement.objects.awaiting_decision() | failing)
         .select_related("environment", "lease__issue")
         .order_by("-updated_at")[:40]
     )
@@ -291,7 +291,10 @@ def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
         "by_stage": by_stage,
         "by_kind": fleet["by_kind"],
         "open_total": open_total,
-        "awaiting": by_stage.get(Stage.AWAITING_APPROVAL, 0),
+        # Approved records wait only for the next pass: not a person's work.
+        "awaiting": Retirement.objects.awaiting_decision().count()
+        if by_stage.get(Stage.AWAITING_APPROVAL)
+        else 0,
         "failing": by_stage.get(Stage.FAILED, 0),
         "totals": totals,
         "cost_by_env": fleet["cost_by_env"],
