@@ -3,6 +3,7 @@ fingerprint that live polls compare against. (Filters live on the model,
 `Retirement.objects.matching`; keyset pages in `sandboxes.paging`.)"""
 
 import hashlib
+from datetime import UTC
 from functools import wraps
 
 from django.contrib.auth.decorators import login_required
@@ -114,3 +115,24 @@ def query_without(request, *names: str) -> str:
     for name in names:
         params.pop(name, None)
     return params.urlencode()
+
+
+# --- the reconciler's schedule --------------------------------------------------------
+
+
+def next_pass_words(now) -> str:
+    """When the next scheduled pass runs, from the django-q2 schedule's next_run:
+    "in 40 s (00:51:20 UTC)", "now" when it is already due, or what is missing."""
+    from django_q.models import Schedule
+
+    from sandboxes.management.commands.setup_schedules import RECONCILE
+
+    next_run = Schedule.objects.filter(name=RECONCILE).values_list("next_run", flat=True).first()
+    if next_run is None:
+        return "when a pass is scheduled (none is: run manage.py setup_schedules)"
+    seconds = int((next_run - now).total_seconds())
+    at = f"{next_run.astimezone(UTC):%H:%M:%S} UTC"
+    if seconds <= 0:
+        return f"as soon as the task queue picks it up (due since {at})"
+    wait = f"{seconds} s" if seconds < 90 else f"{round(seconds / 60)} min"
+    return f"in {wait} ({at})"

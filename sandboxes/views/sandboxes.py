@@ -36,6 +36,7 @@ from sandboxes.views.common import (
     console_view,
     counted,
     live_fingerprint,
+    next_pass_words,
     permission,
     query_without,
     unchanged_poll,
@@ -365,12 +366,14 @@ def attachment_download(request, pk):
 # --- actions ----------------------------------------------------------------------------
 
 DONE = {
-    "approve": "Approved: the reconciler retires this sandbox on its next pass.",
+    "approve": "Approved — retires on the next pass.",
     "retry": "Retry scheduled: the reconciler picks this sandbox up on its next pass.",
     "hold": "Held: the reconciler will not touch this sandbox until the hold is released.",
     "release_hold": "Hold released: the reconciler re-checks this sandbox now.",
     "attest": "Attested: unsaved work is discarded and the sandbox is due for retirement.",
 }
+# The actions whose answer says when the next pass runs (they wait for it).
+WHEN_NEXT_PASS = ("approve", "retry", "release_hold", "attest")
 
 
 def _act(request, pk, name: str, form_class, call):
@@ -392,6 +395,8 @@ def _act(request, pk, name: str, form_class, call):
             error = str(exc)
         else:
             notice = DONE[name]
+            if name in WHEN_NEXT_PASS:
+                notice = f"{notice} The next pass runs {next_pass_words(timezone.now())}."
     r = _get_retirement(pk)
     if request.htmx:
         # The panel, and the history and receipts out of band (an action adds rows).

@@ -20,10 +20,10 @@
     };
     if (navigator.clipboard && navigator.clipboard.writeText) {
       navigator.clipboard.writeText(text).then(done, function () {
-        window.prompt("Copy this id:", text);
+        window.prompt("Copy this:", text);
       });
     } else {
-      window.prompt("Copy this id:", text);
+      window.prompt("Copy this:", text);
     }
   });
 
@@ -45,5 +45,31 @@
       }
     }
     lastPoll.set(elt, now);
+  });
+
+  // Every htmx action (a POST, not a poll) shows that it is in flight: its
+  // form is aria-busy and its buttons are disabled until the answer arrives,
+  // so a second click cannot send it twice. CSS (.htmx-request) shows the state.
+  var inFlight = function (event) {
+    var config = event.detail && event.detail.requestConfig;
+    return config && config.verb && config.verb !== "get" ? event.detail.elt : null;
+  };
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = inFlight(event);
+    if (!elt || !elt.querySelectorAll) return;
+    elt.setAttribute("aria-busy", "true");
+    elt.querySelectorAll("button:not([disabled])").forEach(function (button) {
+      button.disabled = true;
+      button.setAttribute("data-busy", "true");
+    });
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var elt = inFlight(event);
+    if (!elt || !elt.querySelectorAll) return;
+    elt.removeAttribute("aria-busy");
+    elt.querySelectorAll("button[data-busy]").forEach(function (button) {
+      button.disabled = false;
+      button.removeAttribute("data-busy");
+    });
   });
 })();
