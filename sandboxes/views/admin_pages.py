@@ -26,6 +26,43 @@ def _policy_initial(env: Environment) -> dict:
     }
 
 
+# The policy fields a preview lists as old → new, with their words and unit.
+POLICY_CHANGES = (
+    ("retirement_mode", "Retirement mode", ""),
+    ("warm_retention_hours", "Warm retention", " h"),
+    ("max_retirements_per_pass", "Max retirements per pass", ""),
+    ("notice_hours", "Notice period", " h"),
+    ("workspace_root", "Workspace root", ""),
+)
+
+
+def _policy_value(name: str, value, unit: str) -> str:
+    if isinstance(value, float):
+        value = f"{value:g}"
+    if name == "notice_hours" and str(value or 0) == "0":
+        return "off"
+    return f"{value}{unit}"
+
+
+def policy_changes(env: Environment, data: dict) -> list[dict]:
+    """Each policy value the form changes, as the preview shows it: old → new."""
+    old = _policy_initial(env)
+    rows = []
+    for name, label, unit in POLICY_CHANGES:
+        before = _policy_value(name, old.get(name), unit)
+        after = _policy_value(name, data.get(name), unit)
+        if before != after:
+            rows.append(
+                {
+                    "field": name,
+                    "label": label,
+                    "old": before,
+                    "new": after,
+                }
+            )
+    return rows
+
+
 MODES = {
     "observe": "lists and explains every kept sandbox, calls no provider except reads,"
     " and never stops or destroys anything",
@@ -172,7 +209,13 @@ def edit_policy(request, pk):
                     }
                     for code in codes
                 ]
-                shown = {"pv": pv, "rows": _preview_rows(pv), "held": held, "token": token}
+                shown = {
+                    "pv": pv,
+                    "rows": _preview_rows(pv),
+                    "held": held,
+                    "token": token,
+                    "changes": policy_changes(env, data),
+                }
                 context = _environments_context(
                     request, bound={env.pk: form}, preview_of={env.pk: shown}
                 )
