@@ -218,9 +218,12 @@ def update_channel(
 
 @transaction.atomic
 def rotate_secret(channel_id, *, actor, reason: str = "") -> tuple[NotificationChannel, str]:
-    """A new signing secret, returned once; the old one stops verifying at once."""
+    """A new signing secret, returned once; the old one stops verifying at once,
+    so the admin says why (a reason is required)."""
     _require(actor, "edit_policy")
     reason = _note(reason)
+    if not reason:
+        raise ActionRefused("Reason: a reason is required to rotate the signing secret.")
     c = _locked(channel_id)
     if c.kind != ChannelKind.WEBHOOK:
         raise ActionRefused("Only webhook channels have a signing secret.")

@@ -134,12 +134,16 @@ def channel_update(request, pk):
 def channel_rotate(request, pk):
     channel = get_object_or_404(NotificationChannel, pk=pk)
     try:
+        if request.POST.get("confirm") != "yes":
+            # Every receiver stops verifying at once: the admin says they mean it.
+            raise ActionRefused("Confirm: tick that the old secret stops working now.")
         channel, shown = actions.rotate_secret(
             channel.pk, actor=request.user, reason=request.POST.get("reason", "")
         )
     except ActionRefused as exc:
-        messages.error(request, str(exc))
-        return redirect("channel-detail", pk=channel.pk)
+        context = _detail_context(request, channel)
+        context["rotate_error"] = str(exc)
+        return render(request, "sandboxes/channel_detail.html", context, status=400)
     response = render(
         request,
         "sandboxes/channel_detail.html",

@@ -211,7 +211,7 @@ CHANNEL_ACTIONS = [
         ADMINS_ONLY,
         "channel.rotate_secret",
         "channel",
-        _reason,
+        lambda w: {"reason": "security test", "confirm": "yes"},
         200,
         may_change=frozenset({"secret_encrypted", "secret_env", "secret_set_at", "updated_at"}),
     ),
