@@ -247,6 +247,18 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # no finished pass for RECONCILER_OVERDUE_MINUTES is announced as overdue.
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://localhost:8000").strip()
 RECONCILER_OVERDUE_MINUTES = envint("RECONCILER_OVERDUE_MINUTES", 10)
+# Mail, for the set-password links admins send from the Users page. With no
+# EMAIL_HOST (and the SMTP backend) nothing is mailed: the admin is shown the
+# link to hand on (sandboxes/people.py:mail_configured).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_PORT = envint("EMAIL_PORT", 587)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", True)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "paperclip-console@localhost")
+PASSWORD_RESET_TIMEOUT = envint("PASSWORD_RESET_TIMEOUT_DAYS", 3) * 86400
 # Channels may not reach loopback, link-local, private or metadata addresses
 # (README: Notifications) unless their host, or host:port, is listed here.
 NOTIFY_ALLOWED_HOSTS = envhosts("NOTIFY_ALLOWED_HOSTS", [])

@@ -16,6 +16,8 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "token.create": "created an API token",
         "token.revoke": "revoked an API token",
         "user.grant_role": "granted a role",
+        "user.create": "created a user",
+        "user.password_link": "sent a set-password link",
     },
     "Anyone with a console role": {
         "retirement.ask_provider": "asked the provider for a sandbox's state",

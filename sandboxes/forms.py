@@ -282,3 +282,15 @@ class ChannelEditForm(forms.Form):
     )
     enabled = forms.BooleanField(required=False)
     reason = forms.CharField(max_length=2000, required=False)
+
+
+class UserCreateForm(forms.Form):
+    """A new user from the Users page: the set-password link does the rest."""
+
+    username = forms.CharField(max_length=150)
+    email = forms.EmailField(required=False, help_text="where the set-password link is mailed")
+    role = forms.ChoiceField(
+        choices=[("reviewer", "reviewer"), ("operator", "operator"), ("admin", "admin")],
+        initial="reviewer",
+    )
+    reason = forms.CharField(max_length=2000, label="Reason for adding this user")

@@ -11,6 +11,7 @@ from sandboxes.views import (
     passes,
     salvage,
     sandboxes,
+    users,
 )
 
 urlpatterns = [
@@ -56,8 +57,10 @@ urlpatterns = [
     path("channels/<uuid:pk>/rotate/", notifications.channel_rotate, name="channel-rotate"),
     path("channels/<uuid:pk>/test/", notifications.channel_test, name="channel-test"),
     path("channels/<uuid:pk>/delete/", notifications.channel_delete, name="channel-delete"),
-    path("users/", admin_pages.users, name="users"),
-    path("users/<int:pk>/role/", admin_pages.assign_role, name="user-role"),
+    path("users/", users.users, name="users"),
+    path("users/new/", users.create_user, name="user-create"),
+    path("users/<int:pk>/role/", users.assign_role, name="user-role"),
+    path("users/<int:pk>/password-link/", users.password_link, name="user-password-link"),
     path("tokens/", admin_pages.tokens, name="tokens"),
     path("tokens/new/", admin_pages.create_token, name="token-create"),
     path("tokens/<uuid:pk>/revoke/", admin_pages.revoke_token, name="token-revoke"),

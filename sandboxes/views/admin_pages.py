@@ -1,4 +1,5 @@
-"""Environment policy (admins edit) and API tokens (admins manage)."""
+"""Environment policy (admins edit) and API tokens (admins manage); the passes:
+passes.py; users and roles: users.py."""
 
 import json
 from datetime import timedelta
@@ -12,8 +13,7 @@ from sandboxes import actions
 from sandboxes.forms import PolicyForm, PriceForm, TokenForm
 from sandboxes.models import ApiToken, Environment
 from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
-from sandboxes.roles import ASSIGN_ROLES
-from sandboxes.views.common import console_view, permission, permission_named
+from sandboxes.views.common import console_view, permission
 
 
 def _policy_initial(env: Environment) -> dict:
@@ -297,67 +297,6 @@ def revoke_token(request, pk):
     else:
         messages.success(request, f"Token {token.name} revoked.")
     return redirect("tokens")
-
-
-# --- users and roles ---------------------------------------------------------------
-
-
-def _users_context(request, *, error: str = "") -> dict:
-    from django.contrib.auth import get_user_model
-
-    from sandboxes.roles import ROLE_WORDS, role_of
-
-    users = get_user_model().objects.prefetch_related("groups").order_by("username")
-    return {
-        "rows": [{"user": u, "role": role_of(u)} for u in users],
-        "roles": ROLE_WORDS,
-        "error": error,
-    }
-
-
-@console_view
-@permission_named(ASSIGN_ROLES)
-@require_GET
-def users(request):
-    return render(request, "sandboxes/users.html", _users_context(request))
-
-
-@require_POST
-@console_view
-@permission_named(ASSIGN_ROLES)
-def assign_role(request, pk):
-    from django.contrib.auth import get_user_model
-
-    from sandboxes.roles import ROLES, grant_role
-
-    user = get_object_or_404(get_user_model(), pk=pk)
-    role = request.POST.get("role", "")
-    reason = (request.POST.get("reason") or "").strip()
-    error = ""
-    try:
-        reason = actions._note(reason)  # storable text, under 2,000 characters
-    except actions.ActionRefused as exc:
-        error = f"Reason: {exc}"
-    if error:
-        pass
-    elif role and role not in ROLES:
-        error = f"Role: {role!r} is not a role (reviewer, operator or admin)."
-    elif not reason:
-        error = "Reason: a reason is required."
-    elif user.pk == request.user.pk:
-        error = "You cannot change your own role; ask another admin."
-    else:
-        from sandboxes.roles import role_of
-
-        if role_of(user) == role:
-            error = f"{user.get_username()} already has {role or 'no'} role; nothing changed."
-    if error:
-        return render(
-            request, "sandboxes/users.html", _users_context(request, error=error), status=400
-        )
-    old, new = grant_role(user, role, actor=request.user, reason=reason)
-    messages.success(request, f"{user.get_username()}: {old or 'no role'} → {new or 'no role'}.")
-    return redirect("users")
 
 
 def confirmation_for(env: Environment, post: dict) -> str:

@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.actions",
             "sandboxes.bulk",
             "sandboxes.notifications.channels",
+            "sandboxes.people",
             "sandboxes.run_now",
         ),
     ),

@@ -257,6 +257,24 @@ ACTIONS += [
         may_change=frozenset({"price_currency", "price_vcpu_hour_running", "updated_at"}),
     ),
     Action(
+        "user-create",
+        ADMINS_ONLY,
+        "user.create",
+        None,
+        lambda w: {"username": "newcomer", "role": "reviewer", "reason": "security test"},
+        200,
+        creates={"auth.User": 1},
+    ),
+    Action(
+        "user-password-link",
+        ADMINS_ONLY,
+        "user.password_link",
+        None,  # a token is derived from the row; nothing on it changes
+        _reason,
+        200,
+        url_target="member",
+    ),
+    Action(
         "user-role",
         ADMINS_ONLY,
         "user.grant_role",
@@ -345,7 +363,7 @@ def page_url(name: str, world) -> str:
 
 
 # Session endpoints with their own rules (tested in test_session / test_login_limit).
-SESSION = {"login", "logout", "admin-login"}
+SESSION = {"login", "logout", "admin-login", "password-set", "password-set-done"}
 # Bearer-token machine API: POST endpoints and GET reads.
 API_POSTS = {"api-events", "api-kept-sandbox-action"}
 API_GETS = {"api-kept-sandboxes", "api-kept-sandbox", "api-kept-sandbox-salvage", "metrics"}

@@ -71,6 +71,8 @@ def test_operators_cannot_attest_edit_policy_or_manage_tokens(users, world):
         "channel-test",
         "channel-delete",
         "environment-prices",
+        "user-create",
+        "user-password-link",
         "user-role",
     }
 

@@ -21,7 +21,12 @@ class Command(BaseCommand):
         ensure_roles()
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
-            raise CommandError(f"no user named {username!r} (create it with createsuperuser)")
+            raise CommandError(
+                f"no user named {username!r}. Create it first: an admin adds it on the"
+                f" console's Users page, or from a shell run"
+                f" `manage.py create_user {username} {role or 'reviewer'} --email ADDRESS`,"
+                " which prints a set-password link."
+            )
         old, new = grant_role(user, role or "", reason=reason)
         if old == new:
             self.stdout.write(f"{username} already has {new or 'no'} role; nothing changed.")
