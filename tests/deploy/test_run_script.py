@@ -50,8 +50,9 @@ def _processes_of(var_dir: Path) -> list[int]:
 
 class _Run:
     def __init__(self, var_dir: Path):
+        self.var_dir = var_dir
         self.port = _free_port()
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+        env = {k: v for k, v in os.environ.items() if k not in (*_SCRUB, "CONSOLE_BASE_URL")}
         env.update(
             DJANGO_SETTINGS_MODULE="paperclip_console.settings",  # not the tests' settings
             CONSOLE_VAR_DIR=str(var_dir),
@@ -71,6 +72,14 @@ class _Run:
         self.output: list[str] = []
         self.ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
+
+    def environ_of_server(self) -> dict[str, str]:
+        """The environment bin/run gave its web server (a live process of this run)."""
+        for pid in _processes_of(self.var_dir):
+            raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if b"runserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+        raise AssertionError("no runserver process")
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -118,6 +127,51 @@ def test_run_stops_server_and_cluster_on_a_signal(tmp_path, how, expected_rc):
             time.sleep(0.2)
         assert _processes_of(var_dir) == []
         assert (var_dir / "qcluster.log").exists()  # the log went to the var dir it was given
+    finally:
+        for pid in _processes_of(var_dir):
+            os.kill(pid, signal.SIGKILL)
+        if run.proc.poll() is None:
+            run.proc.kill()
+
+
+# What a terminal shows after Ctrl-C must be nothing but what ran: no Python
+# traceback, no "Terminated" from the shell, from runserver or the cluster.
+NOISE = ("Traceback", "KeyboardInterrupt", "Terminated", "Killed", "Error", "unbound variable")
+
+
+def test_ctrl_c_ends_quietly_and_the_base_url_follows_the_port(tmp_path):
+    var_dir = tmp_path / "var"
+    run = _Run(var_dir)
+    try:
+        run.wait_until_serving()
+        assert run.environ_of_server()["CONSOLE_BASE_URL"] == f"http://127.0.0.1:{run.port}"
+        assert f"Open:    http://127.0.0.1:{run.port}/" in "".join(run.output)
+        served = len(run.output)
+        os.killpg(run.proc.pid, signal.SIGINT)
+        assert run.proc.wait(timeout=45) == 130
+        time.sleep(0.5)  # the reader thread drains the pipe
+        after = "".join(run.output[served:])
+        assert not [word for word in NOISE if word in after], after
+    finally:
+        for pid in _processes_of(var_dir):
+            os.kill(pid, signal.SIGKILL)
+        if run.proc.poll() is None:
+            run.proc.kill()
+
+
+@pytest.mark.parametrize("after_seconds", [2.0, 6.0])
+def test_ctrl_c_during_setup_ends_quietly(tmp_path, after_seconds):
+    """Ctrl-C while bin/run migrates or loads the demo fleet: no traceback."""
+    var_dir = tmp_path / "var"
+    run = _Run(var_dir)
+    try:
+        time.sleep(after_seconds)
+        os.killpg(run.proc.pid, signal.SIGINT)
+        rc = run.proc.wait(timeout=45)
+        time.sleep(0.5)
+        out = "".join(run.output)
+        assert rc == 130, out
+        assert not [word for word in NOISE if word in out], out
     finally:
         for pid in _processes_of(var_dir):
             os.kill(pid, signal.SIGKILL)
