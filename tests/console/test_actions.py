@@ -184,7 +184,7 @@ def test_a_plain_form_post_redirects_back_with_a_message(as_operator, awaiting):
         reverse("sandbox-approve", kwargs={"pk": awaiting.pk}), {"reason": "ok"}, follow=True
     )
     assert response.redirect_chain[-1][0] == reverse("sandbox-detail", kwargs={"pk": awaiting.pk})
-    assert b"Approved: the reconciler retires" in response.content
+    assert "Approved — retires on the next pass." in response.content.decode()
 
 
 def test_it_answers_404_for_an_unknown_retirement(as_operator, db):
