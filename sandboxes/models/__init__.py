@@ -2,15 +2,12 @@
 
 from .choices import *  # noqa: F403
 from .console import (
-    ApiToken,
     AppendOnlyError,
     AppendOnlyModel,
     Attachment,
     AuditEvent,
-    IngestedEvent,
     Receipt,
     Retirement,
-    hash_token,
 )
 from .mirror import (
     Environment,
@@ -31,6 +28,7 @@ from .notifications import (
     NotificationType,
 )
 from .passes import ReconcilerPass
+from .tokens import ApiToken, IngestedEvent, hash_token
 from .uploads import PaperclipUpload
 
 __all__ = [
