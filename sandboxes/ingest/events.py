@@ -148,6 +148,36 @@ class EnvironmentUpserted(Data):
     ) = None
 
 
+# A Paperclip user's id: better-auth's text id (paperclipai/paperclip
+# packages/db/src/schema/auth.ts `user.id`), which issues name in
+# assignee_user_id / created_by_user_id; not a uuid. No whitespace, so that it
+# reads the same wherever the console shows it.
+UserId = Annotated[
+    str, Field(min_length=1, max_length=255, pattern=r"^\S+$"), BeforeValidator(_require_str)
+]
+# An address as Paperclip stores it (user.email, text NOT NULL): one @ between
+# a local part and a domain, no spaces. Delivery is judged when a notice is sent.
+Email = Annotated[str, Field(max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")]
+PersonName = Annotated[str, Field(max_length=200)]
+
+
+class CompanyUpserted(Data):
+    company_id: Uuid
+    name: PersonName
+
+
+class UserUpserted(Data):
+    user_id: UserId
+    name: PersonName
+    email: Email
+
+
+class AgentUpserted(Data):
+    agent_id: Uuid
+    company_id: Company = None
+    name: PersonName
+
+
 class IssueUpserted(Data):
     issue_id: Uuid
     company_id: Company = None
@@ -155,6 +185,10 @@ class IssueUpserted(Data):
     title: Annotated[str, Field(max_length=500)] | None = None
     status: IssueStatus
     bound_workspace_id: Uuid | None = None
+    # Its people (docs/rules.md, the people around a sandbox).
+    assignee_user_id: UserId | None = None
+    assignee_agent_id: Uuid | None = None
+    created_by_user_id: UserId | None = None
 
 
 class WorkspaceUpserted(Data):
@@ -304,6 +338,9 @@ class RecoveryActionUpserted(Data):
 
 
 EventType = Literal[
+    "company.upserted",
+    "user.upserted",
+    "agent.upserted",
     "environment.upserted",
     "issue.upserted",
     "workspace.upserted",
@@ -317,6 +354,9 @@ EventType = Literal[
 ]
 
 EVENT_TYPES: dict[str, type[Data]] = {
+    "company.upserted": CompanyUpserted,
+    "user.upserted": UserUpserted,
+    "agent.upserted": AgentUpserted,
     "environment.upserted": EnvironmentUpserted,
     "issue.upserted": IssueUpserted,
     "workspace.upserted": WorkspaceUpserted,

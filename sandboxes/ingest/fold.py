@@ -11,12 +11,15 @@ from uuid import uuid4
 from pydantic import TypeAdapter
 
 from sandboxes.models import (
+    Agent,
+    Company,
     Environment,
     EnvironmentLease,
     ExecutionWorkspace,
     HeartbeatRun,
     Issue,
     LeaseIntent,
+    PaperclipUser,
     PendingExport,
     RecoveryAction,
 )
@@ -40,10 +43,22 @@ _REFERENCES: dict[str, Mirrored] = {
     "intent_id": LeaseIntent,
     "export_id": PendingExport,
     "action_id": RecoveryAction,
+    "agent_id": Agent,
+    "assignee_agent_id": Agent,
+    "user_id": PaperclipUser,
+    "assignee_user_id": PaperclipUser,
+    "created_by_user_id": PaperclipUser,
 }
+# Every event's company_id is a plain column (no row of its own is named or
+# locked for it); only a company's own upsert reads its row.
+_OWN_KEYS: dict[type, dict[str, Mirrored]] = {s.CompanyUpserted: {"company_id": Company}}
 # The same, per event schema: only the fields it has.
 _REFERENCES_OF: dict[type, tuple[tuple[str, Mirrored], ...]] = {
-    fast: tuple((f, m) for f, m in _REFERENCES.items() if f in schema.model_fields)
+    fast: tuple(
+        (f, m)
+        for f, m in {**_REFERENCES, **_OWN_KEYS.get(schema, {})}.items()
+        if f in schema.model_fields
+    )
     for fast, schema in s.SCHEMA_OF.items()
 }
 
@@ -224,7 +239,36 @@ def _apply_issue(uow: UnitOfWork, event: Event, d: s.IssueUpserted) -> None:
         columns["title"] = d.title or ""
     if "bound_workspace_id" in sent:
         columns["bound_workspace_id"] = _reference(uow, ExecutionWorkspace, d.bound_workspace_id)
+    for field, model in _ISSUE_PEOPLE:
+        if field in sent:
+            columns[field] = _reference(uow, model, getattr(d, field))
     uow.set(Issue, issue, **columns)
+
+
+# The people an issue names (docs/rules.md, the people around a sandbox).
+_ISSUE_PEOPLE: tuple[tuple[str, Mirrored], ...] = (
+    ("assignee_user_id", PaperclipUser),
+    ("assignee_agent_id", Agent),
+    ("created_by_user_id", PaperclipUser),
+)
+
+
+def _apply_company(uow: UnitOfWork, event: Event, d: s.CompanyUpserted) -> None:
+    company = uow.upsert(Company, d.company_id, event)
+    if company is not None:
+        uow.set(Company, company, name=d.name)
+
+
+def _apply_user(uow: UnitOfWork, event: Event, d: s.UserUpserted) -> None:
+    user = uow.upsert(PaperclipUser, d.user_id, event)
+    if user is not None:
+        uow.set(PaperclipUser, user, name=d.name, email=d.email)
+
+
+def _apply_agent(uow: UnitOfWork, event: Event, d: s.AgentUpserted) -> None:
+    agent = uow.upsert(Agent, d.agent_id, event)
+    if agent is not None:
+        uow.set(Agent, agent, name=d.name)
 
 
 def _apply_workspace(uow: UnitOfWork, event: Event, d: s.WorkspaceUpserted) -> None:
@@ -283,6 +327,9 @@ def _apply_export(uow: UnitOfWork, event: Event, d: s.ExportUpserted) -> None:
 
 
 _HANDLERS: dict[type, Callable[[UnitOfWork, Event, Any], None]] = {
+    s.CompanyUpserted: _apply_company,
+    s.UserUpserted: _apply_user,
+    s.AgentUpserted: _apply_agent,
     s.EnvironmentUpserted: _apply_environment,
     s.IssueUpserted: _apply_issue,
     s.WorkspaceUpserted: _apply_workspace,

@@ -24,6 +24,8 @@ from .events import (
     EVENT_TYPES,
     MAX_CLOCK_SKEW,
     MAX_JSON_DEPTH,
+    AgentUpserted,
+    CompanyUpserted,
     Data,
     Envelope,
     EnvironmentUpserted,
@@ -45,6 +47,8 @@ from .events import (
     Sha256,
     Text200,
     Timestamp,
+    UserId,
+    UserUpserted,
     Uuid,
     WorkspaceUpserted,
     any_sandbox_id,
@@ -55,6 +59,8 @@ from .events import (
 
 # The event schemas (`sandboxes/ingest/events.py`), importable from here as before.
 __all__ = [
+    "AgentUpserted",
+    "CompanyUpserted",
     "EnvironmentUpserted",
     "EventType",
     "ExportUpserted",
@@ -70,6 +76,8 @@ __all__ = [
     "SandboxId",
     "Sha256",
     "Text200",
+    "UserId",
+    "UserUpserted",
     "Uuid",
     "any_sandbox_id",
     "provider_id",

@@ -113,7 +113,7 @@ def read_rows(reads: list[Read]) -> list[list[dict[str, Any]]]:
         return [_read_rows_orm(model, columns, ids) for model, columns, ids in reads]
     order = sorted(range(len(reads)), key=lambda i: reads[i][0]._meta.db_table)
     sql, where = _read_sql(tuple((reads[i][0], reads[i][1]) for i in order))
-    params = ["{" + ",".join(map(str, reads[i][2])) + "}" for i in order]
+    params = [_array(reads[i][2]) for i in order]
     out: list[list[dict[str, Any]]] = [[] for _ in reads]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -122,6 +122,18 @@ def read_rows(reads: list[Read]) -> list[list[dict[str, Any]]]:
             columns = reads[order[n]][1]
             out[order[n]].append({c: row[p] for c, p in zip(columns, where[n], strict=True)})
     return out
+
+
+def _array(ids: Iterable[str | UUID]) -> str:
+    """A PostgreSQL array literal of these ids. Every element is quoted: a
+    Paperclip user's id is free text (better-auth's), uuids need no escape."""
+    quoted = (str(pk).replace("\\", "\\\\").replace('"', '\\"') for pk in ids)
+    return "{" + ",".join(f'"{pk}"' for pk in quoted) + "}"
+
+
+def _pk_type(model: type[models.Model]) -> str:
+    """The id column's type: uuid for every mirrored row but a Paperclip user's (text)."""
+    return cast(models.Field, model._meta.pk).db_type(connection) or "uuid"
 
 
 @functools.cache
@@ -145,7 +157,7 @@ def _read_sql(
         picked += [f"t.{_qn(model_field(model, c).column)}" for c in columns[1:]]
         ctes.append(
             f"r{i} AS (SELECT {', '.join(picked)} FROM {_qn(model._meta.db_table)} AS t "
-            f"WHERE t.{_qn('id')} = ANY(%s::uuid[]) ORDER BY t.{_qn('id')} FOR UPDATE)"
+            f"WHERE t.{_qn('id')} = ANY(%s::{_pk_type(model)}[]) ORDER BY t.{_qn('id')} FOR UPDATE)"
         )
         values = [f"r{i}.{_qn(model_field(model, c).column)}" for c in _SHARED[1:]]
         values += [
@@ -362,7 +374,7 @@ def update(model: Mirrored, rows: list[tuple[dict[str, Any], set[str]]]) -> None
     computed = _COLUMN_SQL.get(model, {})
     record = _record_type(
         [
-            ("id", "uuid"),
+            ("id", _pk_type(model)),
             ("_sent", "bigint"),
             ("source_updated_at", "timestamp with time zone"),
             *((f.column, f.db_type(connection) or "text") for f in fields.values()),

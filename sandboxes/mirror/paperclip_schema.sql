@@ -1,4 +1,4 @@
--- Paperclip's own schema for the seven tables manage.py mirror_paperclip reads,
+-- Paperclip's own schema for the ten tables manage.py mirror_paperclip reads,
 -- plus the minimal parents their foreign keys need. Rebuilt from
 -- paperclipai/paperclip (the judge, not this file):
 --
@@ -7,9 +7,14 @@
 --       same DDL as scripts/ops hotfix-environments-schema.sql)
 --   packages/db/src/schema/heartbeat_runs.ts
 --   packages/db/src/schema/execution_workspaces.ts
---   packages/db/src/schema/issues.ts
+--   packages/db/src/schema/issues.ts                (at 0016414f4eeee8f3e04defc862ffafd960b4f614)
 --   packages/db/src/schema/issue_recovery_actions.ts
 --   packages/db/src/schema/work_folders.ts          (work_folder_runs)
+--   packages/db/src/schema/companies.ts             (at 23474e298f38df4b4c775c5edea26995a32eb47f)
+--   packages/db/src/schema/agents.ts                (at 39437f4e6250cb91fadbc05b255b4b1b477fa9a7)
+--   packages/db/src/schema/auth.ts                  (at fd77e0d27b52aad4fd52e4a5ca1c87b7bfcafd10:
+--       better-auth's "user"; its session, account and verification tables
+--       hold no person's name or address and are left out)
 --
 -- Column names, types, nullability and defaults are Paperclip's. Paperclip
 -- declares NO CHECK constraints on its status-like text columns (status,
@@ -18,8 +23,6 @@
 -- such a row rather than abort. So this file adds no CHECKs either.
 --
 -- ADAPTATIONS (each kept minimal, each marked ADAPTED below):
---   * Parent tables that only anchor foreign keys (companies, agents) keep
---     only their key and NOT NULL columns.
 --   * Columns that reference tables the mirror never reads (projects, goals,
 --     teams, project_workspaces, agent_wakeup_requests, …) keep their column
 --     and type but drop the FOREIGN KEY, so those tables need not exist.
@@ -29,20 +32,65 @@
 --   * issues' trigram search indexes (gin_trgm_ops) are left out: they need
 --     the pg_trgm extension and index text the mirror never searches.
 --   * gen_random_uuid() is core PostgreSQL since 13; no extension is needed.
+--
+-- Users are better-auth's: "user".id is text (not a uuid), and issues name a
+-- user in assignee_user_id / created_by_user_id, text columns WITHOUT a
+-- foreign key (an issue may name a user id no "user" row holds).
 
-CREATE TABLE "companies" (                                  -- ADAPTED: key + name only
+CREATE TABLE "companies" (
     "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
     "name" text NOT NULL,
+    "description" text,
+    "status" text DEFAULT 'active' NOT NULL,
+    "pause_reason" text,
+    "paused_at" timestamp with time zone,
+    "issue_prefix" text DEFAULT 'PAP' NOT NULL,
+    "issue_counter" integer DEFAULT 0 NOT NULL,
+    "budget_monthly_cents" integer DEFAULT 0 NOT NULL,
+    "spent_monthly_cents" integer DEFAULT 0 NOT NULL,
+    "require_board_approval_for_new_agents" boolean DEFAULT true NOT NULL,
+    "require_proof_document_on_close" boolean DEFAULT false NOT NULL,
+    "feedback_data_sharing_enabled" boolean DEFAULT false NOT NULL,
+    "feedback_data_sharing_consent_at" timestamp with time zone,
+    "feedback_data_sharing_consent_by_user_id" text,
+    "feedback_data_sharing_terms_version" text,
+    "brand_color" text,
     "created_at" timestamp with time zone DEFAULT now() NOT NULL,
     "updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE "agents" (                                     -- ADAPTED: key + NOT NULLs only
+CREATE TABLE "agents" (
     "id" uuid PRIMARY KEY DEFAULT gen_random_uuid() NOT NULL,
     "company_id" uuid NOT NULL REFERENCES "companies"("id"),
     "name" text NOT NULL,
+    "role" text DEFAULT 'general' NOT NULL,
+    "title" text,
+    "icon" text,
+    "status" text DEFAULT 'idle' NOT NULL,
+    "reports_to" uuid REFERENCES "agents"("id"),
+    "capabilities" text,
+    "template" text,
+    "adapter_type" text DEFAULT 'process' NOT NULL,
+    "adapter_config" jsonb DEFAULT '{}'::jsonb NOT NULL,
+    "runtime_config" jsonb DEFAULT '{}'::jsonb NOT NULL,
+    "budget_monthly_cents" integer DEFAULT 0 NOT NULL,
+    "spent_monthly_cents" integer DEFAULT 0 NOT NULL,
+    "permissions" jsonb DEFAULT '{}'::jsonb NOT NULL,
+    "last_heartbeat_at" timestamp with time zone,
+    "metadata" jsonb,
     "created_at" timestamp with time zone DEFAULT now() NOT NULL,
     "updated_at" timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- better-auth's user table (auth.ts authUsers): its timestamps have no default.
+CREATE TABLE "user" (
+    "id" text PRIMARY KEY NOT NULL,
+    "name" text NOT NULL,
+    "email" text NOT NULL,
+    "email_verified" boolean DEFAULT false NOT NULL,
+    "image" text,
+    "created_at" timestamp with time zone NOT NULL,
+    "updated_at" timestamp with time zone NOT NULL
 );
 
 CREATE TABLE "environments" (
@@ -233,6 +281,8 @@ ALTER TABLE "issues" ADD CONSTRAINT "issues_parent_id_issues_id_fk"
     FOREIGN KEY ("parent_id") REFERENCES "issues"("id");
 ALTER TABLE "issues" ADD CONSTRAINT "issues_assignee_agent_id_agents_id_fk"
     FOREIGN KEY ("assignee_agent_id") REFERENCES "agents"("id");
+ALTER TABLE "issues" ADD CONSTRAINT "issues_created_by_agent_id_agents_id_fk"
+    FOREIGN KEY ("created_by_agent_id") REFERENCES "agents"("id");
 ALTER TABLE "issues" ADD CONSTRAINT "issues_checkout_run_id_heartbeat_runs_id_fk"
     FOREIGN KEY ("checkout_run_id") REFERENCES "heartbeat_runs"("id") ON DELETE set null;
 ALTER TABLE "issues" ADD CONSTRAINT "issues_execution_run_id_heartbeat_runs_id_fk"
@@ -278,7 +328,12 @@ CREATE INDEX "environments_company_status_idx" ON "environments" USING btree ("c
 CREATE INDEX "environments_company_name_idx" ON "environments" USING btree ("company_id","name");
 CREATE UNIQUE INDEX "environments_company_driver_idx" ON "environments" USING btree ("company_id","driver")
     WHERE "driver" = 'local';
+CREATE UNIQUE INDEX "companies_issue_prefix_idx" ON "companies" USING btree ("issue_prefix");
+CREATE INDEX "agents_company_status_idx" ON "agents" USING btree ("company_id","status");
+CREATE INDEX "agents_company_reports_to_idx" ON "agents" USING btree ("company_id","reports_to");
 CREATE INDEX "issues_company_status_idx" ON "issues" USING btree ("company_id","status");
+CREATE INDEX "issues_company_assignee_status_idx" ON "issues" USING btree ("company_id","assignee_agent_id","status");
+CREATE INDEX "issues_company_assignee_user_status_idx" ON "issues" USING btree ("company_id","assignee_user_id","status");
 CREATE INDEX "issues_company_execution_workspace_idx" ON "issues" USING btree ("company_id","execution_workspace_id");
 CREATE UNIQUE INDEX "issues_identifier_idx" ON "issues" USING btree ("identifier");
 CREATE INDEX "execution_workspaces_company_source_issue_idx" ON "execution_workspaces" USING btree ("company_id","source_issue_id");

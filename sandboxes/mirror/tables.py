@@ -25,6 +25,11 @@ class Table:
 # on every one of them there, but optional here: an installation without it
 # (an older or adapted schema) still mirrors, its rows without a company.
 TABLES = (
+    # The people first: issues name them (docs/rules.md, the people around a
+    # sandbox). companies.ts, auth.ts (better-auth's "user") and agents.ts.
+    Table("companies", "id", translate.paperclip_company, ("id", "updated_at"), ("name",)),
+    Table("user", "id", translate.paperclip_user, ("id", "updated_at"), ("name", "email")),
+    Table("agents", "id", translate.agent, ("id", "updated_at"), ("company_id", "name")),
     Table(
         "environments",
         "id",
@@ -37,7 +42,15 @@ TABLES = (
         "id",
         translate.issue,
         ("id", "status", "updated_at"),
-        ("company_id", "identifier", "title", "execution_workspace_id"),
+        (
+            "company_id",
+            "identifier",
+            "title",
+            "execution_workspace_id",
+            "assignee_user_id",
+            "assignee_agent_id",
+            "created_by_user_id",
+        ),
     ),
     Table(
         "execution_workspaces",

@@ -24,11 +24,14 @@ from typing import Any
 from uuid import UUID
 
 from sandboxes.models import (
+    Agent,
+    Company,
     Environment,
     EnvironmentLease,
     ExecutionWorkspace,
     HeartbeatRun,
     Issue,
+    PaperclipUser,
     RecoveryAction,
 )
 from sandboxes.models.choices import (
@@ -68,7 +71,7 @@ RESTORE_EVIDENCE_KEY = "workspaceRestoreRecovery"  # workspace-restore-recovery-
 @dataclass
 class Row:
     model: type[MirroredModel]
-    pk: UUID
+    pk: UUID  # a Paperclip user's is its text id (`paperclip_user`)
     fields: dict
     refs: dict[type[MirroredModel], set[UUID]] = field(default_factory=dict)
     receipts: list[dict] = field(default_factory=list)
@@ -77,7 +80,7 @@ class Row:
     quarantined: str = ""  # why, when the row is kept out of the reconciler's view
     quarantine_kind: str = ""
 
-    def ref(self, model: type[MirroredModel], pk: UUID | None) -> UUID | None:
+    def ref(self, model: type[MirroredModel], pk: Any) -> Any:
         if pk is not None:
             self.refs.setdefault(model, set()).add(pk)
         return pk
@@ -120,6 +123,37 @@ def environment(src: dict) -> Row:
     )
 
 
+def user_id(value, what: str, *, required=False) -> str | None:
+    """A Paperclip user's id: better-auth's text id (auth.ts `user.id`), named
+    as text by issues.assignee_user_id / created_by_user_id (no foreign key)."""
+    if value is None or value == "":
+        if required:
+            raise Malformed(f"{what} is missing")
+        return None
+    if not isinstance(value, str) or len(value) > 255 or value != value.strip():
+        raise Malformed(f"{what} is not a user id: {value!r}", f"{what} is not a user id")
+    return value
+
+
+def paperclip_company(src: dict) -> Row:
+    """companies (companies.ts): id, name. The company is its own company_id."""
+    pk = _uuid(src.get("id"), "id", required=True)
+    return Row(Company, pk, {"company_id": pk, "name": _text(src.get("name"), 200)})
+
+
+def paperclip_user(src: dict) -> Row:
+    """better-auth's user (auth.ts `authUsers`): id (text), name, email."""
+    pk = user_id(src.get("id"), "id", required=True)
+    fields = {"name": _text(src.get("name"), 200), "email": _text(src.get("email"), 320)}
+    return Row(PaperclipUser, pk, fields)  # type: ignore[arg-type]
+
+
+def agent(src: dict) -> Row:
+    """agents (agents.ts): id, company_id, name."""
+    pk = _uuid(src.get("id"), "id", required=True)
+    return Row(Agent, pk, {"company_id": company(src), "name": _text(src.get("name"), 200)})
+
+
 def issue(src: dict) -> Row:
     row = Row(Issue, _uuid(src.get("id"), "id", required=True), {})
     row.fields = {
@@ -129,6 +163,16 @@ def issue(src: dict) -> Row:
         "status": _choice(src.get("status"), IssueStatus, "status"),
         "bound_workspace_id": row.ref(
             ExecutionWorkspace, _uuid(src.get("execution_workspace_id"), "execution_workspace_id")
+        ),
+        # Its people (docs/rules.md, the people around a sandbox).
+        "assignee_user_id": row.ref(
+            PaperclipUser, user_id(src.get("assignee_user_id"), "assignee_user_id")
+        ),
+        "assignee_agent_id": row.ref(
+            Agent, _uuid(src.get("assignee_agent_id"), "assignee_agent_id")
+        ),
+        "created_by_user_id": row.ref(
+            PaperclipUser, user_id(src.get("created_by_user_id"), "created_by_user_id")
         ),
     }
     return row

@@ -57,8 +57,11 @@ def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
         # One round trip for every model's lookup.
         cur.execute(
             sql.SQL(" UNION ALL ").join(
-                sql.SQL("SELECT {i}, id FROM {t} WHERE id = ANY(%s::uuid[])").format(
-                    i=sql.Literal(i), t=sql.Identifier(model._meta.db_table)
+                # uuid ids, but a Paperclip user's is text: one type in the UNION.
+                sql.SQL("SELECT {i}, id::text FROM {t} WHERE id = ANY(%s::{k}[])").format(
+                    i=sql.Literal(i),
+                    t=sql.Identifier(model._meta.db_table),
+                    k=sql.SQL(model._meta.pk.db_type(connection)),
                 )
                 for i, model in enumerate(models_named)
             ),
@@ -68,7 +71,7 @@ def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
         for i, pk in cur.fetchall():
             found.setdefault(i, set()).add(pk)
     for i, model in enumerate(models_named):
-        refs[model] = refs[model] - found.get(i, set())
+        refs[model] = {pk for pk in refs[model] if str(pk) not in found.get(i, set())}
     for model, ids in refs.items():
         if not ids:
             continue

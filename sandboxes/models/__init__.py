@@ -28,16 +28,19 @@ from .notifications import (
     NotificationType,
 )
 from .passes import ReconcilerPass
+from .people import Agent, Company, PaperclipUser
 from .tokens import ApiToken, IngestedEvent, hash_token
 from .uploads import PaperclipUpload
 
 __all__ = [
+    "Agent",
     "AppendOnlyError",
     "AppendOnlyModel",
     "ApiToken",
     "Attachment",
     "AuditEvent",
     "ChannelKind",
+    "Company",
     "DeliveryStatus",
     "Environment",
     "EnvironmentLease",
@@ -50,6 +53,7 @@ __all__ = [
     "NotificationType",
     "Issue",
     "LeaseIntent",
+    "PaperclipUser",
     "PaperclipUpload",
     "PendingExport",
     "ReconcilerPass",

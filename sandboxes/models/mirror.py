@@ -7,6 +7,7 @@ judges a sandbox whose graph still has placeholders.
 """
 
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 
 from django.db import models
@@ -14,6 +15,7 @@ from django.db.models import Q
 
 from sandboxes.providers.base import Provider
 from sandboxes.providers.registry import get_provider
+from sandboxes.rules.owner import OwnedAs, Owner, task_owner
 
 from .choices import (
     KEEPABLE_STATUSES,
@@ -194,6 +196,18 @@ class Environment(MirroredModel):
         )
 
 
+class IssueQuerySet(models.QuerySet):
+    def with_people(self):
+        """The issues with the users and agent their owner is read from
+        (`Issue.owner`): one query, whatever the number of issues."""
+        return self.select_related("assignee_user", "assignee_agent", "created_by_user")
+
+
+# The users an issue's owner may be read from (`Issue.owner`), for a query
+# that reaches issues through another row: `"lease__issue__" + path`.
+ISSUE_PEOPLE = ("assignee_user", "assignee_agent", "created_by_user")
+
+
 class Issue(MirroredModel):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     key = models.CharField(max_length=64, blank=True, db_index=True)
@@ -206,12 +220,45 @@ class Issue(MirroredModel):
         on_delete=models.SET_NULL,
         related_name="bound_issues",
     )
+    # Paperclip's issues.assignee_user_id, assignee_agent_id, created_by_user_id
+    # (docs/rules.md, the people around a sandbox).
+    assignee_user = models.ForeignKey(
+        "PaperclipUser",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="assigned_issues",
+    )
+    assignee_agent = models.ForeignKey(
+        "Agent", null=True, blank=True, on_delete=models.PROTECT, related_name="assigned_issues"
+    )
+    created_by_user = models.ForeignKey(
+        "PaperclipUser",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="created_issues",
+    )
+
+    objects = IssueQuerySet.as_manager()
 
     class Meta:
         constraints = [enum_check("status", IssueStatus, model="issue")]
 
     def __str__(self):
         return self.key or str(self.id)
+
+    def owner(self) -> Owner | None:
+        """The task's owner with the name and e-mail address Paperclip holds
+        (`sandboxes/rules/owner.py:task_owner`). Reads the users from the rows
+        `Issue.objects.with_people()` (or `ISSUE_PEOPLE`) already joined."""
+        found = task_owner(self.assignee_user_id, self.assignee_agent_id, self.created_by_user_id)
+        if found is None:
+            return None
+        user = self.assignee_user if found.owned_as is OwnedAs.ASSIGNEE else self.created_by_user
+        if user is None:  # pragma: no cover - the foreign key makes it exist
+            return found
+        return replace(found, name=user.name, email=user.email)
 
 
 class ExecutionWorkspace(MirroredModel):

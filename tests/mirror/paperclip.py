@@ -21,7 +21,12 @@ rows exactly as Paperclip's TypeScript does:
   metadata {workspaceRestoreRecovery: {schema, runId}} with lease_policy
   retain_on_failure, as legacy-workspace-restore-recovery.ts
   preserveLegacyWorkspaceRestoreSources writes them (`preserve_restore_source`);
-- every row with its company_id (`switch_company` for another company).
+- every row with its company_id (`switch_company` for another company);
+- the people: companies (companies.ts: a unique issue_prefix each), agents
+  (agents.ts) and better-auth's "user" rows (auth.ts: a text id, name and
+  email, timestamps without defaults, written by better-auth itself), which
+  issues name in assignee_user_id / created_by_user_id (text, no foreign key)
+  and assignee_agent_id (`user`, `agent`, `issue(assignee_user_id=…)`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ TABLES = (
     "issues",
     "environments",
     "agents",
+    "user",
     "companies",
 )
 RESTORE_SCHEMA = "paperclip.workspace-restore-recovery.v1"
@@ -168,17 +174,40 @@ class Paperclip:
         }
         tables = [t for t in TABLES if t in present]
         if tables:
-            self.conn.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
+            quoted = ", ".join(f'"{t}"' for t in tables)  # "user" is a keyword
+            self.conn.execute(f"TRUNCATE {quoted} CASCADE")
         self.switch_company("Acme")
 
     def switch_company(self, name: str) -> dict:
         """A new company (with its agent) that later rows belong to: Paperclip
         is multi-company, every row names one."""
-        self.company = self._insert("companies", {"id": uuid.uuid4(), "name": name})
-        self.agent = self._insert(
-            "agents", {"id": uuid.uuid4(), "company_id": self.company["id"], "name": "coder"}
+        pk = uuid.uuid4()
+        # companies_issue_prefix_idx is unique: each company its own prefix.
+        self.company = self._insert(
+            "companies", {"id": pk, "name": name, "issue_prefix": f"C{pk.hex[:8].upper()}"}
         )
+        self.agent = self.agent_row("coder")
         return self.company
+
+    def agent_row(self, name: str, **kw) -> dict:
+        return self._insert(
+            "agents", {"id": uuid.uuid4(), "company_id": self.company["id"], "name": name, **kw}
+        )
+
+    def user(self, name: str, email: str, **kw) -> dict:
+        """A better-auth user row: a random text id (better-auth's generateId is
+        32 alphanumerics), created_at / updated_at written by the caller."""
+        now = datetime.now(UTC)
+        row = {
+            "id": uuid.uuid4().hex,
+            "name": name,
+            "email": email,
+            "email_verified": True,
+            "created_at": now,
+            "updated_at": now,
+            **kw,
+        }
+        return self._insert("user", row)
 
     # --- plumbing -----------------------------------------------------------------
 
