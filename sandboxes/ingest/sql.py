@@ -133,7 +133,7 @@ def _array(ids: Iterable[str | UUID]) -> str:
 
 def _pk_type(model: type[models.Model]) -> str:
     """The id column's type: uuid for every mirrored row but a Paperclip user's (text)."""
-    return cast(models.Field, model._meta.pk).db_type(connection) or "uuid"
+    return model._meta.pk.db_type(connection) or "uuid"
 
 
 @functools.cache
