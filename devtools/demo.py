@@ -219,6 +219,44 @@ DEMO_PRICES = {
 # What each demo sandbox is created with (the local provider reports them back).
 DEMO_SIZES = {"cpu": 2, "memory_gib": 4}
 
+# The people (docs/rules.md, the people around a sandbox): two companies, their
+# users (better-auth's text ids) and an agent each. Scenarios take turns with
+# the ways a task has an owner: an assignee user, an agent with its creator, a
+# creator alone.
+COMPANIES = {"acme": "Acme Robotics", "globex": "Globex"}
+USERS = {
+    "dana": ("Dana Scully", "dana@acme.example"),
+    "erik": ("Erik Lehnsherr", "erik@acme.example"),
+    "mia": ("Mia Wallace", "mia@globex.example"),
+}
+AGENTS = {"acme": "acme-coder", "globex": "globex-coder"}
+PEOPLE = (
+    ("acme", {"assignee_user_id": "demo-dana", "created_by_user_id": "demo-erik"}),
+    ("acme", {"assignee_agent_id": "acme", "created_by_user_id": "demo-erik"}),
+    ("globex", {"assignee_agent_id": "globex", "created_by_user_id": "demo-mia"}),
+    ("globex", {"created_by_user_id": "demo-mia"}),
+)
+
+
+def people_events(ev: Events) -> list[dict]:
+    """The companies, users and agents the demo's tasks name."""
+    events = [ev.company(_id("company", key), name) for key, name in COMPANIES.items()]
+    events += [ev.user(f"demo-{key}", name, email) for key, (name, email) in USERS.items()]
+    events += [
+        ev.agent(_id("agent", key), name, company_id=_id("company", key))
+        for key, name in AGENTS.items()
+    ]
+    return events
+
+
+def issue_people(n: int) -> dict[str, str]:
+    """The n-th scenario's company and people, as `issue.upserted` fields."""
+    company, people = PEOPLE[n % len(PEOPLE)]
+    fields = {"company_id": _id("company", company), **people}
+    if "assignee_agent_id" in fields:
+        fields["assignee_agent_id"] = _id("agent", people["assignee_agent_id"])
+    return fields
+
 
 def _provider(env: str) -> str:
     """The demo's environments are local, but for one of a provider the console
@@ -267,7 +305,8 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
                 warm_retention_hours=24,
             )
         )
-    for s in SCENARIOS:
+    events.extend(people_events(ev))
+    for n, s in enumerate(SCENARIOS):
         issue, ws, run, lease = (_id(s.key, part) for part in ("issue", "ws", "run", "lease"))
         newer_ws = _id(s.key, "ws-new")
         sandbox = ids.get(s.key, sandbox_name(s.key))
@@ -281,6 +320,7 @@ def demo_events(sandbox_ids: dict[str, str] | None = None, now: datetime | None 
                 key=s.key,
                 title=s.title,
                 bound_workspace_id=ws if s.bound else newer_ws,
+                **issue_people(n),
             )
         )
         add(ev.run(run, issue, s.run_status, started_at=acquired, finished_at=released))

@@ -92,6 +92,36 @@ class Events:
 
     # One builder per event type (sandboxes/ingest/schemas.py: EVENT_TYPES).
 
+    def company(
+        self, company_id: str, name: str, *, id: str | None = None, at: When | None = None
+    ) -> dict[str, Any]:
+        return self._typed("company.upserted", {"company_id": company_id, "name": name}, id, at)
+
+    def user(
+        self,
+        user_id: str,
+        name: str,
+        email: str,
+        *,
+        id: str | None = None,
+        at: When | None = None,
+    ) -> dict[str, Any]:
+        """A Paperclip user: better-auth's text id (not a uuid), name and e-mail."""
+        data = {"user_id": user_id, "name": name, "email": email}
+        return self._typed("user.upserted", data, id, at)
+
+    def agent(
+        self,
+        agent_id: str,
+        name: str,
+        *,
+        id: str | None = None,
+        at: When | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        data = {"agent_id": agent_id, "name": name, **fields}
+        return self._typed("agent.upserted", data, id, at)
+
     def environment(
         self,
         environment_id: str,

@@ -19,10 +19,21 @@ def assert_valid(events: list[dict]) -> None:
 
 
 def one_of_each(ev: Events) -> list[dict]:
-    env, issue, ws, run, lease = (uid() for _ in range(5))
+    env, issue, ws, run, lease, company, agent = (uid() for _ in range(7))
     return [
+        ev.company(company, "Acme"),
+        ev.user("u-dana", "Dana", "dana@acme.test"),
+        ev.agent(agent, "coder", company_id=company),
         ev.environment(env, "env", "daytona", retirement_mode="manual"),
-        ev.issue(issue, "in_progress", key="PAP-1", bound_workspace_id=ws),
+        ev.issue(
+            issue,
+            "in_progress",
+            key="PAP-1",
+            bound_workspace_id=ws,
+            company_id=company,
+            assignee_agent_id=agent,
+            created_by_user_id="u-dana",
+        ),
         ev.workspace(ws, issue, saved_at=EPOCH, saved_manifest=manifest({"a.txt": b"a"})),
         ev.run(run, issue, "failed"),
         ev.lease(
