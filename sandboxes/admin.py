@@ -36,6 +36,24 @@ class IssueAdmin(ReadOnlyAdmin):
     search_fields = ("key", "title", "id")
 
 
+@admin.register(m.Company)
+class CompanyAdmin(ReadOnlyAdmin):
+    list_display = ("name", "id", "placeholder")
+    search_fields = ("name", "id")
+
+
+@admin.register(m.Agent)
+class AgentAdmin(ReadOnlyAdmin):
+    list_display = ("name", "id", "company_id", "placeholder")
+    search_fields = ("name", "id")
+
+
+@admin.register(m.PaperclipUser)
+class PaperclipUserAdmin(ReadOnlyAdmin):
+    list_display = ("name", "email", "id", "placeholder")
+    search_fields = ("name", "email", "id")
+
+
 @admin.register(m.ExecutionWorkspace)
 class WorkspaceAdmin(ReadOnlyAdmin):
     list_display = ("id", "issue", "save_state", "saved_at", "writer_run")

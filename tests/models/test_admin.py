@@ -1,5 +1,7 @@
 """The admin site shows mirrored, append-only and token rows but cannot change them."""
 
+import uuid
+
 import pytest
 from django.contrib import admin
 from django.db import connection
@@ -14,6 +16,9 @@ from tests.factories import ApiTokenFactory, UserFactory
 pytestmark = pytest.mark.django_db
 
 READ_ONLY = [
+    m.Company,
+    m.Agent,
+    m.PaperclipUser,
     m.Environment,
     m.Issue,
     m.ExecutionWorkspace,
@@ -56,6 +61,11 @@ def test_a_revoked_token_cannot_be_unrevoked_through_the_admin(client):
 # A factory per registered model, making a row with every foreign key that
 # list_display shows filled in (the nullable ones too).
 ROWS = {
+    m.Company: lambda: m.Company.objects.create(pk=uuid.uuid4(), name="Acme"),
+    m.Agent: lambda: m.Agent.objects.create(pk=uuid.uuid4(), name="coder"),
+    m.PaperclipUser: lambda: m.PaperclipUser.objects.create(
+        pk=uuid.uuid4().hex, name="Dana", email="dana@acme.test"
+    ),
     m.Environment: f.EnvironmentFactory,
     m.Issue: lambda: f.IssueFactory(bound_workspace=f.ExecutionWorkspaceFactory()),
     m.ExecutionWorkspace: lambda: f.ExecutionWorkspaceFactory(writer_run=f.HeartbeatRunFactory()),
