@@ -61,7 +61,7 @@ def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
                 sql.SQL("SELECT {i}, id::text FROM {t} WHERE id = ANY(%s::{k}[])").format(
                     i=sql.Literal(i),
                     t=sql.Identifier(model._meta.db_table),
-                    k=sql.SQL(model._meta.pk.db_type(connection)),
+                    k=sql.SQL(model._meta.pk.db_type(connection) or "uuid"),
                 )
                 for i, model in enumerate(models_named)
             ),

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sandboxes", "0019_delivery_errors_without_bodies"),
+        ("sandboxes", "0020_salvage_download_and_reviewer_tokens"),
     ]
 
     operations = [
