@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sandboxes", "0020_salvage_download_and_reviewer_tokens"),
+        ("sandboxes", "0023_operator_hold_end"),
     ]
 
     operations = [
