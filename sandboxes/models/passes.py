@@ -104,7 +104,8 @@ class ReconcilerPassQuerySet(models.QuerySet):
             .values("pk", "started_at", "finished_at", "running_since", *extra)
             .first()
         )
-        if not together:
+        if not together or row is None:
+            # Before the first pass there is no row to carry the schedule.
             row = (row or {}) | (schedule.values("minutes", "next_run").first() or {})
         row = row or {}
         return Pulse(

@@ -124,3 +124,13 @@ def test_dry_runs_and_interrupted_passes_do_not_count_as_running(db):
     pulse = ReconcilerPass.objects.pulse(now)
     assert pulse.running_since is None
     assert pulse.last_started == now - timedelta(seconds=10)
+
+
+def test_the_schedule_is_read_before_the_first_pass(db):
+    # Regression: the schedule rode on the newest pass row, so before the
+    # first pass the heartbeat (and "Retry now"'s answer) knew no next run.
+    schedule = _schedule(minutes=5, next_in=timedelta(seconds=42))
+    pulse = ReconcilerPass.objects.pulse()
+    assert pulse.never
+    assert pulse.next_run == schedule.next_run
+    assert pulse.schedule_minutes == 5
