@@ -121,18 +121,17 @@ def query_without(request, *names: str) -> str:
 
 
 def next_pass_words(now) -> str:
-    """When the next scheduled pass runs, from the django-q2 schedule's next_run:
-    "in 40 s (00:51:20 UTC)", "now" when it is already due, or what is missing."""
-    from django_q.models import Schedule
+    """When the next scheduled pass runs, from the heartbeat's reading of the
+    django-q2 schedule (`ReconcilerPass.objects.pulse`, the one the banner
+    shows): "in 40 s (00:51:20 UTC)", "as soon as…" when it is already due, or
+    what is missing."""
+    from sandboxes.models import ReconcilerPass
+    from sandboxes.rules.words import duration
 
-    from sandboxes.management.commands.setup_schedules import RECONCILE
-
-    next_run = Schedule.objects.filter(name=RECONCILE).values_list("next_run", flat=True).first()
+    next_run = ReconcilerPass.objects.pulse(now).next_run
     if next_run is None:
         return "when a pass is scheduled (none is: run manage.py setup_schedules)"
-    seconds = int((next_run - now).total_seconds())
     at = f"{next_run.astimezone(UTC):%H:%M:%S} UTC"
-    if seconds <= 0:
+    if next_run <= now:
         return f"as soon as the task queue picks it up (due since {at})"
-    wait = f"{seconds} s" if seconds < 90 else f"{round(seconds / 60)} min"
-    return f"in {wait} ({at})"
+    return f"in {duration(round((next_run - now).total_seconds()))} ({at})"
