@@ -27,6 +27,11 @@ class ProviderSettingsError(ValueError):
     """An environment's provider settings the console refuses to use."""
 
 
+# The providers the console has a client for; a record of any other provider
+# (Paperclip knows more) is listed and held, never driven.
+CLIENTS = ("daytona", "local")
+
+
 def check_api_key_env(name: str) -> str:
     """The variable may hold a provider token: listed in
     PROVIDER_API_KEY_VARIABLES (default DAYTONA_API_KEY) and not one of the
@@ -110,7 +115,7 @@ def get_provider(
                 check_api_url(host, "toolbox host")
         key = ("daytona", url, check_api_key_env(api_key_env or "DAYTONA_API_KEY"), hosts)
     else:
-        raise ValueError(f"unknown provider {name!r} (expected 'daytona' or 'local')")
+        raise ValueError(f"unknown provider {name!r} (expected 'daytona' or 'local')")  # CLIENTS
     with _lock:
         provider = _providers.get(key)
         if provider is None:

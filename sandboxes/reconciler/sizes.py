@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from sandboxes.models import Retirement
 from sandboxes.models.mirror import PRICE_FIELDS
+from sandboxes.providers.registry import CLIENTS
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ def refresh_sizes(worker, environment_id=None, *, now=None, limit: int = READS_P
     qs = (
         Retirement.objects.open()
         .filter(priced)
+        # A provider without a client has no sizes to read (costs say "unknown").
+        .filter(provider__in=CLIENTS)
         .filter(Q(reported_at__isnull=True) | Q(reported_at__lt=now - STALE_AFTER))
         .select_related("environment")
         .order_by("reported_at", "pk")

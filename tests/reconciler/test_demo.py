@@ -2,6 +2,7 @@
 sandboxes, and a newcomer sees retirements happen within two passes."""
 
 import io
+import logging
 
 import pytest
 from django.core.management import call_command
@@ -104,3 +105,18 @@ def test_the_demo_keeps_an_admins_own_prices(local_root):
     own = m.Environment.objects.get(name="local-demo")
     assert own.price_vcpu_hour_running == Decimal("9") and own.price_disk_gib_month_stopped is None
     assert m.Environment.objects.get(name="local-demo-manual").price_disk_gib_month_stopped
+
+
+def test_the_demo_reads_no_sizes_of_a_provider_without_a_client(db, caplog):
+    # Regression: the demo's e2b environment has prices but no client, and
+    # each size read logged "ValueError: unknown provider 'e2b'" to make run's
+    # terminal (tests/deploy/test_run_script.py's noise check caught it).
+    from sandboxes.models import Retirement
+    from sandboxes.reconciler.sizes import refresh_sizes
+    from sandboxes.reconciler.worker import Worker
+
+    call_command("demo_fleet", quiet=True)
+    assert Retirement.objects.open().filter(provider="e2b").exists()
+    with caplog.at_level(logging.INFO, logger="sandboxes.reconciler.sizes"):
+        refresh_sizes(Worker())
+    assert "unknown provider" not in caplog.text
