@@ -32,6 +32,15 @@ def browser():
 
 
 @pytest.fixture
+def local(tmp_path, settings):
+    """A local provider on real sandboxes under tmp_path; salvage in tmp_path too."""
+    from sandboxes.providers.local import LocalProvider
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return LocalProvider(root=tmp_path / "sandboxes", budget_seconds=5)
+
+
+@pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()

@@ -8,19 +8,12 @@ from playwright.sync_api import expect
 
 from sandboxes.models import AuditEvent, Retirement
 from sandboxes.models.choices import Stage
-from sandboxes.providers.local import LocalProvider
 from tests import factories as f
 from tests.console.browser.conftest import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 FILES = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n"}
-
-
-@pytest.fixture
-def local(tmp_path, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return LocalProvider(root=tmp_path / "sandboxes", budget_seconds=5)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from sandboxes import models as m
-from sandboxes.providers.local import LocalProvider
 from sandboxes.reconciler.passes import run_pass
 from tests import factories as f
 from tests.console.browser.conftest import PASSWORD, log_in
@@ -21,12 +20,6 @@ from tests.console.browser.conftest import PASSWORD, log_in
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 FILES = {"README.md": b"# task\n", "src/app.py": b"print('saved')\n"}
-
-
-@pytest.fixture
-def local(tmp_path, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return LocalProvider(root=tmp_path / "sandboxes", budget_seconds=5)
 
 
 def awaiting(local, n: int) -> list[m.Retirement]:

@@ -21,14 +21,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def local(tmp_path, settings):
-    from sandboxes.providers.local import LocalProvider
-
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return LocalProvider(root=tmp_path / "sandboxes", budget_seconds=5)
-
-
-@pytest.fixture
 def kept_lease(local):
     """A failed warm lease on a real, stopped local sandbox in a manual
     environment: one pass compares it (clean) and leaves it awaiting approval."""
