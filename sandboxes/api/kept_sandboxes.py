@@ -39,9 +39,11 @@ def summary(r: Retirement) -> dict:
         "lease_id": str(r.lease_id),
         "kind": r.kind,
         "stage": r.stage,
-        # Each hold's code and its words for this record, as every page and
-        # notification says them (sandboxes/explain.py).
-        "holds": explained_holds(r),
+        # The hold codes, as DOMAIN §4.2 gives them; beside them each hold's
+        # words for this record, as every page and notification says them
+        # (sandboxes/explain.py).
+        "holds": list(r.holds or []),
+        "hold_explanations": explained_holds(r),
         # The rule's line for each hold (which condition Paperclip's predicate
         # refused a stop on, which recovery is open).
         "hold_reasons": {code: explanation(code, r.hold_reasons) for code in (r.holds or [])},

@@ -105,7 +105,7 @@ def message_text(payload: dict) -> tuple[str, str]:
     ):
         if value not in (None, ""):
             lines.append(f"{label}: {value}")
-    for hold in payload.get("holds") or []:
+    for hold in payload.get("hold_explanations") or []:
         if isinstance(hold, dict) and hold.get("explanation"):
             lines.append(f"Hold: {hold['explanation']}")
     exported = payload.get("exported") or []

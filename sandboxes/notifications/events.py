@@ -80,8 +80,10 @@ def record_payload(r: Retirement) -> dict:
         "record_id": str(r.pk),
         "record_url": absolute(reverse("sandbox-detail", args=[r.pk])),
         "lease_id": str(r.lease_id),
-        # Each hold in the words every page says it (sandboxes/explain.py).
-        "holds": explained_holds(r),
+        # The hold codes, as the API gives them, and each in the words every
+        # page says it (sandboxes/explain.py).
+        "holds": list(r.holds or []),
+        "hold_explanations": explained_holds(r),
     }
 
 

@@ -94,6 +94,7 @@ def test_it_shows_one_sandbox_in_the_documented_shape(client, operator_token, aw
         "kind",
         "stage",
         "holds",
+        "hold_explanations",
         "hold_reasons",
         "operator_hold",
         "kept_since",
@@ -104,6 +105,8 @@ def test_it_shows_one_sandbox_in_the_documented_shape(client, operator_token, aw
         "paperclip_uploads",
     }
     assert data["paperclip_uploads"] == []
+    # DOMAIN §4.2: `holds: [codes]`, each a plain string.
+    assert all(isinstance(code, str) for code in data["holds"])
     assert data["sandbox_id"] == awaiting.provider_lease_id
     assert data["lease_id"] == str(awaiting.lease_id)
     assert data["stage"] == "awaiting_approval"
@@ -175,9 +178,9 @@ def test_it_holds_and_releases(client, operator_token, db):
     _, raw = operator_token
     r = RetirementFactory()
     body = {"reason": "a", "until": hold_until().isoformat()}
-    holds = _act(client, raw, r.provider_lease_id, "hold", body).json()["holds"]
-    assert [h["code"] for h in holds] == ["operator_hold"]
-    assert holds[0]["explanation"].startswith("held by token:")
+    data = _act(client, raw, r.provider_lease_id, "hold", body).json()
+    assert data["holds"] == ["operator_hold"]
+    assert data["hold_explanations"][0]["explanation"].startswith("held by token:")
     data = _act(client, raw, r.provider_lease_id, "release-hold", {"reason": "b"}).json()
     assert data["holds"] == []
     assert [e.action for e in AuditEvent.objects.order_by("at")] == [
@@ -230,7 +233,7 @@ def test_it_reads_and_acts_on_an_id_with_slashes(client, operator_token, db, enc
 
     body = {"reason": "looking", "until": hold_until().isoformat()}
     data = _act(client, raw, path, "hold", body).json()
-    assert data["sandbox_id"] == SSH_ID and [h["code"] for h in data["holds"]] == ["operator_hold"]
+    assert data["sandbox_id"] == SSH_ID and data["holds"] == ["operator_hold"]
     (event,) = AuditEvent.objects.all()
     assert event.object_id == str(r.pk)
     # The verb after an id is still only a verb on POST.

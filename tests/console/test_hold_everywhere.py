@@ -69,7 +69,9 @@ def test_the_api_gives_each_hold_its_explanation(client, operator_token, held):
     data = client.get(
         f"/api/v1/kept-sandboxes/{held.provider_lease_id}", HTTP_AUTHORIZATION=f"Bearer {raw}"
     ).json()
-    assert data["holds"] == [
+    # DOMAIN §4.2: `holds` is the codes; the words go beside them.
+    assert data["holds"] == list(held.holds)
+    assert data["hold_explanations"] == [
         {"code": code, "explanation": hold_phrase(code, held)} for code in held.holds
     ]
     assert data["operator_hold"]["by"] == held.operator_hold_by != ""
@@ -87,13 +89,15 @@ def test_the_api_list_explains_holds_without_a_query_per_row(
         response = client.get("/api/v1/kept-sandboxes", HTTP_AUTHORIZATION=f"Bearer {raw}")
     results = response.json()["results"]
     assert len(results) == 20
-    assert all(h["explanation"] for r in results for h in r["holds"])
+    assert all(r["holds"] == ["run_active", "task_can_resume"] for r in results)
+    assert all(h["explanation"] for r in results for h in r["hold_explanations"])
 
 
 def test_a_notification_says_the_same_words(held):
     events.needs_attention(held)
     event = NotificationEvent.objects.get(retirement=held)
-    assert event.payload["holds"] == [
+    assert event.payload["holds"] == list(held.holds)
+    assert event.payload["hold_explanations"] == [
         {"code": code, "explanation": hold_phrase(code, held)} for code in held.holds
     ]
     _, body = message_text(event.payload)

@@ -48,7 +48,8 @@ def test_the_api_says_it(client, operator_token, refused):
         f"/api/v1/kept-sandboxes/{refused.provider_lease_id}",
         HTTP_AUTHORIZATION=f"Bearer {raw}",
     ).json()
-    assert data["holds"] == [
+    assert data["holds"] == ["no_stop_receipt"]
+    assert data["hold_explanations"] == [
         {"code": "no_stop_receipt", "explanation": f"stop not confirmed: {WORDS}"}
     ]
     assert data["hold_reasons"] == {"no_stop_receipt": f"Stop not confirmed: {WORDS}."}
