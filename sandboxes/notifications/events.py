@@ -18,7 +18,6 @@ import logging
 import uuid
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urljoin
 
 from django.conf import settings
 from django.db import transaction
@@ -39,6 +38,8 @@ from sandboxes.models import (
 )
 from sandboxes.models.choices import ReceiptKind
 
+from .links import absolute
+
 log = logging.getLogger(__name__)
 
 TITLES = {
@@ -50,12 +51,6 @@ TITLES = {
     NotificationType.RECONCILER_OVERDUE: "reconciler overdue",
     NotificationType.TEST: "test notification",
 }
-
-
-def absolute(path: str) -> str:
-    """A console URL as a link a message can carry (CONSOLE_BASE_URL)."""
-    base = getattr(settings, "CONSOLE_BASE_URL", "") or "http://localhost:8000"
-    return urljoin(base.rstrip("/") + "/", path.lstrip("/"))
 
 
 def _iso(value) -> str | None:
