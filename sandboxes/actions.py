@@ -7,6 +7,7 @@ The reconciler does the provider work; an action only records a decision and
 makes the retirement due now.
 """
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -50,6 +51,16 @@ _TOKEN_PERMISSIONS: dict[str, set[str]] = {
 }
 
 
+@dataclass(frozen=True)
+class KeepLinkHolder:
+    """A task's owner acting through the keep link of a notice (sandboxes/keeping.py):
+    no console login, and the one thing it may do is a timed hold
+    (docs/rules.md, kept by the owner). `audit_label` names them in the audit
+    row, whose user is None: no console user acted."""
+
+    audit_label: str
+
+
 class ActionRefused(Exception):
     """The action is not allowed in the record's current state; the message says why."""
 
@@ -61,12 +72,16 @@ class BadInput(ActionRefused):
 def actor_label(actor) -> str:
     if isinstance(actor, ApiToken):
         return f"token:{actor.name}"
+    if isinstance(actor, KeepLinkHolder):
+        return actor.audit_label
     return actor.get_username()
 
 
 def can(actor, codename: str) -> bool:
     if isinstance(actor, ApiToken):
         return actor.revoked_at is None and codename in _TOKEN_PERMISSIONS.get(actor.scope, set())
+    if isinstance(actor, KeepLinkHolder):
+        return codename == "hold_retirement"  # it only ever holds
     return bool(
         actor is not None
         and getattr(actor, "is_authenticated", False)
@@ -238,9 +253,12 @@ def hold_end(actor, until, now) -> None:
 
 
 @transaction.atomic
-def hold(retirement_id, *, actor, reason: str, until=None) -> Retirement:
+def hold(
+    retirement_id, *, actor, reason: str, until=None, context: dict | None = None
+) -> Retirement:
     """Hold a sandbox, until `until` or (admins only) until released; a timed hold
-    is released by the first pass after it ends (sandboxes/reconciler/hold_ends.py)."""
+    is released by the first pass after it ends (sandboxes/reconciler/hold_ends.py).
+    `context`: what the audit row's after says besides the record (a keep link's notice)."""
     _require(actor, "hold_retirement")
     reason = _reason(reason)
     now = timezone.now()
@@ -269,7 +287,7 @@ def hold(retirement_id, *, actor, reason: str, until=None) -> Retirement:
         obj=r,
         reason=reason,
         before=before,
-        after=snapshot(r),
+        after={**snapshot(r), **(context or {})},
     )
     return r
 

@@ -64,13 +64,16 @@ def record(
     after: dict | None = None,
     sandbox_id: str = "",
 ) -> AuditEvent:
-    """`actor` is a User, an ApiToken, or None for the system."""
+    """`actor` is a User, an ApiToken, a keep link's holder, or None for the system."""
     user = actor if getattr(actor, "is_authenticated", False) else None
     if user is not None:
         label = user.get_username()
     elif actor is not None and hasattr(actor, "scope"):
         label = f"token:{actor.name}"
         user = actor.created_by
+    elif actor is not None and hasattr(actor, "audit_label"):
+        # No console user acted (a keep link's owner, sandboxes.actions.KeepLinkHolder).
+        label = actor.audit_label
     else:
         label = "system"
     return AuditEvent.objects.create(

@@ -7,6 +7,7 @@ from sandboxes.views import (
     audit,
     bulk,
     dashboard,
+    keep,
     notifications,
     passes,
     salvage,
@@ -33,6 +34,9 @@ urlpatterns = [
     # Last among sandboxes/…: any provider sandbox id, slashes included (i11's converter).
     path("sandboxes/<sandbox_id:sandbox_id>/", sandboxes.sandbox_by_id, name="sandbox-by-id"),
     path("tasks/<uuid:pk>/", sandboxes.task_detail, name="task"),
+    # A notice's "keep it" link: no login, its signature is the key
+    # (docs/rules.md, kept by the owner).
+    path("keep/<str:token>/", keep.keep, name="keep"),
     path("attachments/<uuid:pk>/", sandboxes.attachment_download, name="attachment"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("approvals/approve/", approvals.bulk_approve, name="approvals-bulk"),

@@ -9,6 +9,7 @@ from .console import (
     Receipt,
     Retirement,
 )
+from .keeps import KeepLinkUse
 from .mirror import (
     Environment,
     EnvironmentLease,
@@ -47,6 +48,7 @@ __all__ = [
     "ExecutionWorkspace",
     "HeartbeatRun",
     "IngestedEvent",
+    "KeepLinkUse",
     "NotificationChannel",
     "NotificationDelivery",
     "NotificationEvent",

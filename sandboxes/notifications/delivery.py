@@ -119,6 +119,9 @@ def message_text(payload: dict) -> tuple[str, str]:
         lines.append(f"Deleted since the last save: {', '.join(payload['deleted'][:20])}")
     if payload.get("record_url"):
         lines.append(f"Record: {payload['record_url']}")
+    if payload.get("keep_url"):
+        # A notice's owner link (docs/rules.md, kept by the owner): one per sandbox.
+        lines.append(f"Keep it for 7 days (the owner, no login): {payload['keep_url']}")
     return title, "\n".join(lines)
 
 

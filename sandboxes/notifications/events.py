@@ -26,6 +26,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from sandboxes.explain import explained_holds
+from sandboxes.keep_links import NoKeepLink, keep_url
 from sandboxes.models import (
     Attachment,
     Environment,
@@ -129,20 +130,24 @@ def emit(
     data: dict | None = None,
     channels: list[NotificationChannel] | None = None,
     queue: bool = True,
+    event_id: uuid.UUID | None = None,
 ) -> NotificationEvent | None:
     """Record an event and its deliveries (once per key); send after the commit.
+    `event_id`: the event's id when the data must name it (a notice's keep link).
 
     Never raises: a failure is logged and the caller's transaction goes on
     (the writes are inside a savepoint)."""
     try:
         with transaction.atomic():
-            return _emit(event_type, key, environment, retirement, data or {}, channels, queue)
+            return _emit(
+                event_type, key, environment, retirement, data or {}, channels, queue, event_id
+            )
     except Exception:
         log.exception("could not record notification %s (%s)", event_type, key)
         return None
 
 
-def _emit(event_type, key, environment, retirement, data, channels, queue):
+def _emit(event_type, key, environment, retirement, data, channels, queue, event_id):
     now = timezone.now()
     if environment is None and retirement is not None:
         environment = retirement.environment
@@ -157,7 +162,7 @@ def _emit(event_type, key, environment, retirement, data, channels, queue):
         payload["environment"] = {"id": str(environment.pk), "name": environment.name}
     payload |= data
     event = NotificationEvent(
-        id=uuid.uuid4(),
+        id=event_id or uuid.uuid4(),
         type=event_type,
         key=key[:300],
         environment=environment,
@@ -196,17 +201,39 @@ def awaiting_approval(r: Retirement, proof_receipt_id: str) -> None:
     )
 
 
+def _keep_url(r: Retirement, notice_id: uuid.UUID) -> str | None:
+    """The owner's keep link for this notice (sandboxes/keep_links.py), valid
+    until the notice ends; None when the task has no owner, or on any failure
+    (logged: a link must never block the notice, nor the retirement)."""
+    if r.retire_after is None:
+        return None
+    try:
+        with transaction.atomic():
+            return keep_url(r, expires_at=r.retire_after, notice_event_id=notice_id)
+    except NoKeepLink:
+        return None
+    except Exception:
+        log.exception("could not make the keep link of %s", r.pk)
+        return None
+
+
 def notice(r: Retirement) -> None:
+    notice_id = uuid.uuid4()
     emit(
         NotificationType.NOTICE,
         key=f"notice:{r.pk}:{_iso(r.retire_after)}",
         retirement=r,
+        event_id=notice_id,
         data={
             "retire_after": _iso(r.retire_after),
             "notice_hours": r.environment.notice_period.total_seconds() / 3600
             if r.environment.notice_period
             else 0,
-            "hold_hint": "An operator's hold on the record before retire_after keeps the sandbox.",
+            "hold_hint": "An operator's hold on the record before retire_after, or the "
+            "owner's keep link, keeps the sandbox.",
+            # Holds the sandbox 7 days in the owner's name, once; never approves or
+            # destroys (docs/rules.md, kept by the owner).
+            "keep_url": _keep_url(r, notice_id),
         },
     )
 

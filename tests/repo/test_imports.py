@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.costs",
             "sandboxes.explain",
             "sandboxes.ingest",
+            "sandboxes.keep_links",
             "sandboxes.logging",
             "sandboxes.mirror",
             "sandboxes.notifications",
@@ -55,6 +56,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "sandboxes.actions",
             "sandboxes.bulk",
+            "sandboxes.keeping",
             "sandboxes.notifications.channels",
             "sandboxes.people",
             "sandboxes.run_now",

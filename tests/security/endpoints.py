@@ -364,6 +364,9 @@ def page_url(name: str, world) -> str:
 
 # Session endpoints with their own rules (tested in test_session / test_login_limit).
 SESSION = {"login", "logout", "admin-login", "password-set", "password-set-done"}
+# No login: a signed link is the only key, and it only ever holds
+# (tests/console/test_keep_links.py: forged, expired, used, moved, CSRF).
+SIGNED_LINKS = {"keep"}
 # Bearer-token machine API: POST endpoints and GET reads.
 API_POSTS = {"api-events", "api-kept-sandbox-action"}
 API_GETS = {"api-kept-sandboxes", "api-kept-sandbox", "api-kept-sandbox-salvage", "metrics"}
@@ -393,4 +396,4 @@ def url_names() -> set[str]:
 
 
 def classified() -> set[str]:
-    return {a.name for a in ACTIONS} | set(PAGES) | SESSION | API_POSTS | API_GETS
+    return {a.name for a in ACTIONS} | set(PAGES) | SESSION | SIGNED_LINKS | API_POSTS | API_GETS
