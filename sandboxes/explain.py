@@ -34,6 +34,12 @@ def when(moment: datetime) -> str:
     return f"{local:%b} {local.day} {local:%H:%M}"
 
 
+def when_zoned(moment: datetime) -> str:
+    """ "Dec 9 09:00 UTC": `when` with the time zone's name, for a page read
+    away from the console (a keep link's, docs/rules.md, kept by the owner)."""
+    return f"{when(moment)} {timezone.localtime(moment).tzname()}"
+
+
 def retention_ends(r) -> datetime | None:
     lease, env = getattr(r, "lease", None), getattr(r, "environment", None)
     if lease is None or env is None or lease.released_at is None or env.warm_retention is None:

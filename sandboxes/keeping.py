@@ -17,11 +17,11 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from sandboxes import actions
+from sandboxes.explain import when_zoned
 from sandboxes.keep_links import KEEP_FOR, KeepLink, LinkRefused, fingerprint_digest
 from sandboxes.models import KeepLinkUse, Retirement
 from sandboxes.models.choices import Stage
 from sandboxes.proof import fingerprint_of
-from sandboxes.rules.words import absolute
 
 # The reason every keep's hold and audit row gives.
 KEEP_REASON = "kept by the owner from the notice"
@@ -56,7 +56,7 @@ def _refusal(link: KeepLink, r: Retirement | None) -> LinkRefused | None:
     if use is not None:
         return AlreadyUsed(
             f"This keep link was already used: kept by {use.owner_label} "
-            f"until {absolute(use.held_until)}."
+            f"until {when_zoned(use.held_until)}."
         )
     if r is None or not r.is_open:
         if r is not None and r.stage == Stage.RETIRED:
@@ -71,7 +71,7 @@ def _refusal(link: KeepLink, r: Retirement | None) -> LinkRefused | None:
             "notice before it retires it."
         )
     if r.operator_hold_reason:
-        until = f" until {absolute(r.operator_hold_until)}" if r.operator_hold_until else ""
+        until = f" until {when_zoned(r.operator_hold_until)}" if r.operator_hold_until else ""
         return NotKeepable(f"This sandbox is already held, by {r.operator_hold_by}{until}.")
     return None
 

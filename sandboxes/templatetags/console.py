@@ -5,6 +5,7 @@ the one way to show a time (`when`), a duration (`duration`) and a size
 from django import template
 from django.utils import timezone
 
+from sandboxes.explain import when_zoned
 from sandboxes.views import humanize
 from sandboxes.views.humanize import change_rows, hold_phrase
 from sandboxes.views.humanize import short as _short
@@ -111,6 +112,15 @@ def when(moment, style=""):
         text = f"{humanize.relative(moment, now)} · {humanize.absolute(moment)}"
         return humanize.time_element(moment, now, text=text)
     return humanize.time_element(moment)
+
+
+@register.filter
+def zoned(moment):
+    """`<time datetime="ISO" title="absolute UTC">Dec 9 09:00 UTC</time>`: a
+    moment for a page read away from the console (explain.when_zoned)."""
+    if not moment:
+        return humanize.DASH
+    return humanize.time_element(moment, text=when_zoned(moment))
 
 
 @register.filter

@@ -156,8 +156,10 @@ def test_the_post_holds_once_in_the_owners_name():
     assert timedelta(days=7) - timedelta(seconds=5) < until - timezone.now() <= timedelta(days=7)
     assert r.retire_after is None  # the notice stops: nothing is retired at its end
     text = answer.content.decode()
-    assert f"Kept by {DANA} (owner, by keep link) until" in text
-    assert f"{until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" in text
+    # The time words every page uses (explain.when), with the zone, in one <time>.
+    words = f"{until.astimezone(UTC):%b} {until.day} {until.astimezone(UTC):%H:%M} UTC"
+    assert f"Kept by {DANA} (owner, by keep link) until <time" in text
+    assert f'title="{until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC">{words}</time>' in text
     row = m.AuditEvent.objects.get(action="retirement.hold", object_id=str(r.pk))
     assert row.actor is None and row.actor_label == f"{DANA} (owner, by keep link)"
     assert row.reason == keeping.KEEP_REASON
