@@ -34,7 +34,7 @@ KEEP_FOR = timedelta(days=7)
 # the signature's own age check.
 MAX_AGE = timedelta(days=92)
 # Longer than any link this module signs; a longer one is refused unread.
-MAX_TOKEN_CHARS = 1000
+MAX_TOKEN_CHARS = 2000
 
 
 class NoKeepLink(ValueError):

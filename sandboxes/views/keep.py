@@ -21,14 +21,14 @@ def _refused(request, exc: keep_links.LinkRefused):
     )
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 @csrf_protect
 def keep(request, token: str):
     now = timezone.now()
     try:
         # The signature first: a forged link is refused without a database read.
         link = keep_links.read(token, now=now)
-        if request.method == "POST":
+        if request.method == "POST":  # GET and HEAD only ask
             kept = keeping.keep(link, now=now)
             r = kept.retirement
             return render(

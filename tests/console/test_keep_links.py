@@ -29,7 +29,7 @@ DANA = "dana@example.com"
 def noticed(*, email=DANA, notice=timedelta(hours=2), owner=True):
     """A record in its notice period, with a clean compare as its proof and the
     notice recorded the way the reconciler records it (events.notice)."""
-    dana = m.PaperclipUser.objects.create(id=f"user-{email}", name="Dana", email=email)
+    dana = m.PaperclipUser.objects.create(id=f"user-{email}"[:64], name="Dana", email=email)
     lease = f.EnvironmentLeaseFactory(issue__assignee_user=dana if owner else None)
     r = f.RetirementFactory(lease=lease, stage=m.Stage.NOTICED)
     compare = f.ReceiptFactory(
@@ -225,6 +225,10 @@ def test_it_refuses_a_forged_signature():
         signing.dumps(payload, key="not-the-secret-key", salt=keep_links.SALT),
         "not-a-link",
         "x" * (keep_links.MAX_TOKEN_CHARS + 1),
+        "nul\x00:in:it",
+        "ü:ü:ü",
+        ".:",
+        token.replace(":", "::"),
     ]
     for bad in forged:
         answer = Client().post(reverse("keep", args=[bad]))
@@ -232,6 +236,59 @@ def test_it_refuses_a_forged_signature():
         assert "not a keep link the console sent" in answer.content.decode()
         assert str(r.pk) not in answer.content.decode()
     assert state(r) == before
+
+
+def test_the_longest_owner_still_makes_a_link_that_reads_back():
+    r = noticed(email="d" * 300 + "@example.com")
+    token = token_of(link_of(r))
+    assert len(token) <= keep_links.MAX_TOKEN_CHARS
+    assert keep_links.read(token, now=timezone.now()).owner_email.startswith("ddd")
+
+
+def test_a_keep_links_holder_may_hold_and_nothing_else():
+    """The link only ever holds: every other action refuses its holder."""
+    from django.core.exceptions import PermissionDenied
+
+    r = noticed()
+    holder = actions.KeepLinkHolder(audit_label="dana@example.com (owner, by keep link)")
+    assert actions.can(holder, "hold_retirement")
+    for codename in (
+        "approve_retirement",
+        "retry_retirement",
+        "attest_retirement",
+        "edit_policy",
+        "manage_tokens",
+        "download_salvage",
+        "view_console",
+    ):
+        assert not actions.can(holder, codename), codename
+    before = state(r)
+    for act in (
+        lambda: actions.approve(r.pk, actor=holder, reason="x"),
+        lambda: actions.retry(r.pk, actor=holder, reason="x"),
+        lambda: actions.attest(
+            r.pk, actor=holder, typed_sandbox_id=r.provider_lease_id, reason="x"
+        ),
+        # No hold without an end, either: that is an admin's.
+        lambda: actions.hold(r.pk, actor=holder, reason="x", until=None),
+    ):
+        with pytest.raises((PermissionDenied, actions.ActionRefused)):
+            act()
+    assert state(r) == before
+
+
+def test_a_head_asks_too_and_changes_nothing():
+    r = noticed()
+    before = state(r)
+    assert Client().head(path_of(link_of(r))).status_code == 200
+    assert state(r) == before
+
+
+def test_the_page_reads_a_few_rows(django_assert_max_num_queries):
+    r = noticed()
+    url = path_of(link_of(r))
+    with django_assert_max_num_queries(6):
+        assert Client().get(url).status_code == 200
 
 
 def test_a_forged_link_costs_no_database_read(django_assert_num_queries):
@@ -304,7 +361,7 @@ def test_open_in_the_console_still_needs_a_login():
 
 def test_other_methods_are_refused():
     r = noticed()
-    for method in ("put", "patch", "delete"):
+    for method in ("put", "patch", "delete", "options"):
         assert getattr(Client(), method)(path_of(link_of(r))).status_code == 405
 
 
