@@ -72,7 +72,8 @@ def _refusal(link: KeepLink, r: Retirement | None) -> LinkRefused | None:
         )
     if r.operator_hold_reason:
         until = f" until {when_zoned(r.operator_hold_until)}" if r.operator_hold_until else ""
-        return NotKeepable(f"This sandbox is already held, by {r.operator_hold_by}{until}.")
+        # Who holds it is the console's to show, behind its login.
+        return NotKeepable(f"This sandbox is already held{until}: it is kept, nothing to do.")
     return None
 
 
