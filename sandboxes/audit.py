@@ -31,6 +31,7 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "channel.rotate_secret": "rotated a webhook's signing secret",
         "channel.test": "sent a test notification",
         "channel.delete": "deleted a notification channel",
+        "owner_mail.update": "changed an environment's owner e-mail",
     },
     "Paperclip's reports (ingest and the mirror)": {
         "lease.sandbox_moved": "a newer report moved a lease to another sandbox",

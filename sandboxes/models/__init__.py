@@ -28,6 +28,7 @@ from .notifications import (
     NotificationEvent,
     NotificationType,
 )
+from .owner_mail import DigestStatus, OwnerDigest, OwnerDigestItem, OwnerMail
 from .passes import ReconcilerPass
 from .people import Agent, Company, PaperclipUser
 from .tokens import ApiToken, IngestedEvent, hash_token
@@ -43,6 +44,7 @@ __all__ = [
     "ChannelKind",
     "Company",
     "DeliveryStatus",
+    "DigestStatus",
     "Environment",
     "EnvironmentLease",
     "ExecutionWorkspace",
@@ -54,6 +56,9 @@ __all__ = [
     "NotificationEvent",
     "NotificationType",
     "Issue",
+    "OwnerDigest",
+    "OwnerDigestItem",
+    "OwnerMail",
     "LeaseIntent",
     "PaperclipUser",
     "PaperclipUpload",

@@ -149,14 +149,22 @@ def send_apprise(url: str, payload: dict) -> Outcome:
     service = apprise_service(url)
     if service is None:
         raise SendError("Apprise does not recognise this URL")
+    return notify_apprise(service, title, body)
+
+
+def notify_apprise(service, title: str, body: str, *, text: bool = False) -> Outcome:
+    """Send through one Apprise service once the hosts it connects to are judged
+    (`addresses`); SendError says why a send failed, never what a server answered
+    beyond its status. `text`: a plain-text body (an owner's digest)."""
     try:
         addresses.check_on_send(addresses.apprise_targets(service))
     except OSError as exc:
         raise SendError(str(exc)) from None
     apobj = apprise.Apprise()
     apobj.add(service)
+    fmt = apprise.NotifyFormat.TEXT if text else None
     with apprise.LogCapture(level=logging.INFO) as captured:
-        ok = apobj.notify(title=title, body=body)
+        ok = apobj.notify(title=title, body=body, body_format=fmt)
     logs = captured.getvalue().strip()
     codes = _CODE.findall(logs)
     code = int(codes[-1]) if codes else None

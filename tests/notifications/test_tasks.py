@@ -55,11 +55,12 @@ def test_the_sweep_announces_an_overdue_reconciler_and_queues_what_is_due(settin
     ReconcilerPassFactory(started_at=stale, finished_at=stale)
     before = OrmQ.objects.count()
 
-    assert tasks.sweep() == {"queued": 2}
+    assert tasks.sweep() == {"queued": 2, "owner_digests": 0}
 
     assert NotificationEvent.objects.filter(type=NotificationType.RECONCILER_OVERDUE).count() == 1
     assert NotificationDelivery.objects.count() == 2
     assert OrmQ.objects.count() == before + 2  # one task per delivery, sent by the cluster
     assert receiver.requests == []
-    assert tasks.sweep() == {"queued": 2}  # still due until sent; the stall is announced once
+    # Still due until sent; the stall is announced once.
+    assert tasks.sweep() == {"queued": 2, "owner_digests": 0}
     assert NotificationEvent.objects.filter(type=NotificationType.RECONCILER_OVERDUE).count() == 1

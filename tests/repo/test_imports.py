@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.bulk",
             "sandboxes.keeping",
             "sandboxes.notifications.channels",
+            "sandboxes.notifications.owner_mail",
             "sandboxes.people",
             "sandboxes.run_now",
         ),
