@@ -294,3 +294,21 @@ class UserCreateForm(forms.Form):
         initial="reviewer",
     )
     reason = forms.CharField(max_length=2000, label="Reason for adding this user")
+
+
+class OwnerMailForm(forms.Form):
+    """An environment's owner e-mail. The URL field never renders a stored value."""
+
+    url = forms.CharField(
+        max_length=2000,
+        required=False,
+        label="SMTP URL (mailto:// or mailtos://; blank keeps the stored one)",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Stored encrypted, never shown again. No recipient: each mail goes to the "
+        "task's owner.",
+    )
+    url_env = forms.CharField(
+        max_length=100, required=False, label="…or the environment variable holding the URL"
+    )
+    enabled = forms.BooleanField(required=False, label="Mail owners their notices")
+    reason = forms.CharField(max_length=2000, required=False)

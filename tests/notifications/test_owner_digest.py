@@ -56,7 +56,9 @@ def retire(r, files: dict[str, int], deleted=()):
     entries = []
     for path, size in files.items():
         att = f.AttachmentFactory(issue=r.lease.issue, retirement=r, path=path, size=size)
-        entries.append({"path": path, "size": size, "sha256": att.sha256, "attachment": str(att.pk)})
+        entries.append(
+            {"path": path, "size": size, "sha256": att.sha256, "attachment": str(att.pk)}
+        )
     f.ReceiptFactory(
         kind=m.ReceiptKind.SALVAGE_EXPORT,
         state=None,
@@ -93,9 +95,7 @@ def test_the_owner_receives_one_digest_listing_both_sandboxes_with_their_countdo
     assert mail.rcpt_tos == ["ann@example.com"]  # the owner, and nobody else
     assert mail.message["To"] == "ann@example.com"
     assert mail.mail_from == "console@example.com"
-    assert mail.message["Subject"] == (
-        "[prod-daytona] 2 sandboxes of your tasks: 2 to be retired"
-    )
+    assert mail.message["Subject"] == ("[prod-daytona] 2 sandboxes of your tasks: 2 to be retired")
     body = mail.body
     assert body.startswith("Hello Ann Owner,\n")
     assert "PAP-142 Fix the importer\n" in body and "PAP-150 Tidy the docs\n" in body
@@ -175,9 +175,7 @@ def test_one_digest_an_hour_the_next_hour_lists_the_new_notices(env, admin, smtp
     assert owner_digest.send_due(next_hour + timedelta(minutes=5)) == {}
 
 
-def test_an_smtp_outage_is_retried_and_the_owner_gets_one_mail_once_it_is_back(
-    env, admin, smtp
-):
+def test_an_smtp_outage_is_retried_and_the_owner_gets_one_mail_once_it_is_back(env, admin, smtp):
     mail_on(env, admin, smtp.url())
     give_notice(record_of(env, owner(), key="PAP-9"), left=timedelta(days=1, minutes=1))
     smtp.shut()

@@ -241,6 +241,22 @@ CHANNEL_ACTIONS = [
 ACTIONS += CHANNEL_ACTIONS
 ACTIONS += [
     Action(
+        "owner-mail-edit",
+        ADMINS_ONLY,
+        "owner_mail.update",
+        None,  # the setting is created by its first save
+        lambda w: {
+            "url": "mailtos://console:secret@smtp.example.com?from=console@example.com",
+            "enabled": "on",
+            "reason": "security test",
+        },
+        302,
+        creates={"sandboxes.OwnerMail": 1},
+        url_target="environment",
+    ),
+]
+ACTIONS += [
+    Action(
         "environment-prices",
         ADMINS_ONLY,
         "environment.edit_prices",
@@ -327,6 +343,7 @@ PAGES = {
     "tokens": None,
     "channels": "environment",
     "channel-detail": "channel",
+    "owner-mail": "environment",
     "task": "task",
     "users": None,
     "sandbox-by-id": "awaiting",

@@ -70,6 +70,7 @@ def test_operators_cannot_attest_edit_policy_or_manage_tokens(users, world):
         "channel-rotate",
         "channel-test",
         "channel-delete",
+        "owner-mail-edit",
         "environment-prices",
         "user-create",
         "user-password-link",
