@@ -268,3 +268,35 @@ def test_two_workers_filing_at_once_file_each_notice_once(env, admin, smtp):
     assert owner_digest.collect(now) == 1
     assert owner_digest.collect(now) == 0
     assert m.OwnerDigest.objects.count() == 1 and m.OwnerDigestItem.objects.count() == 1
+
+
+def test_a_reconciler_pass_files_and_queues_the_owners_digests(env, admin, smtp, settings):
+    from django_q.models import OrmQ
+
+    from sandboxes.reconciler.tasks import reconcile_pass
+
+    if "orm" not in settings.Q_CLUSTER:
+        pytest.skip("the broker is Redis here (REDIS_URL); the ORM queue is not used")
+    mail_on(env, admin, smtp.url())
+    give_notice(record_of(env, owner(), key="PAP-11"), left=timedelta(hours=3))
+    before = OrmQ.objects.count()
+
+    reconcile_pass()
+
+    digest = m.OwnerDigest.objects.get()
+    assert digest.status == "pending" and digest.items.count() == 1
+    assert OrmQ.objects.count() == before + 1  # its send, for the cluster
+    assert smtp.mails == []  # sent by the cluster's worker, not inside the pass
+
+
+def test_the_sweep_files_and_queues_them_too(env, admin, smtp, settings):
+    from sandboxes.notifications import tasks
+
+    if "orm" not in settings.Q_CLUSTER:
+        pytest.skip("the broker is Redis here (REDIS_URL); the ORM queue is not used")
+    mail_on(env, admin, smtp.url())
+    give_notice(record_of(env, owner(), key="PAP-12"), left=timedelta(hours=3))
+    assert tasks.sweep() == {"queued": 0, "owner_digests": 1}
+    (pk,) = m.OwnerDigest.objects.values_list("pk", flat=True)
+    assert owner_digest.send_digest(pk) == "delivered"
+    assert len(smtp.mails) == 1
