@@ -10,10 +10,14 @@ duration, time and size is in the one format of `words`.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from datetime import datetime
 
 from .words import absolute, duration, size
+
+WIDTH = 76  # a plain-text mail's line
+KEPT_IF = "A sandbox is kept if an operator holds it before its notice ends."
 
 
 def hour_of(moment: datetime) -> datetime:
@@ -115,17 +119,13 @@ def compose(
 ) -> tuple[str, str]:
     """Subject and plain-text body of one owner's digest, as of `now`."""
     greeting = f"Hello {owner_name}," if owner_name else "Hello,"
-    body = [
-        greeting,
-        "",
+    intro = (
         f"The Paperclip Console retires kept sandboxes of {environment} once no unsaved "
-        "work lives only on them. These are sandboxes of tasks you own:",
-    ]
+        "work lives only on them. These are sandboxes of tasks you own:"
+    )
+    body = [greeting, "", *textwrap.wrap(intro, WIDTH)]
     for e in entries:
         body += ["", *entry_lines(e, now)]
-    body += [
-        "",
-        f"Times are UTC; countdowns as of {absolute(now)}. A sandbox is kept if an "
-        "operator holds it before its notice ends.",
-    ]
+    footer = f"Times are UTC; countdowns as of {absolute(now)}. {KEPT_IF}"
+    body += ["", *textwrap.wrap(footer, WIDTH)]
     return subject(entries, environment), "\n".join(body) + "\n"
