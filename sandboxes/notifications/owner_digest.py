@@ -160,34 +160,47 @@ def collect(now: datetime | None = None) -> int:
     return filed
 
 
+def _status_of(owner: Owner | None, email: str) -> DigestStatus:
+    if owner is None:
+        return DigestStatus.NO_OWNER
+    return DigestStatus.PENDING if email else DigestStatus.NO_EMAIL
+
+
+def _digest_for(environment_id, owner: Owner | None, email: str, hour, now) -> OwnerDigest:
+    """The owner's digest new events go into, locked: the one still waiting for
+    its first send, whatever hour formed it (a retry after an SMTP outage, a
+    digest held back, takes them: the owner gets one mail, not several), else
+    this hour's, made if need be (once: the unique hour)."""
+    user_id = owner.user_id if owner else ""
+    mine = OwnerDigest.objects.select_for_update().filter(
+        environment_id=environment_id, owner_user_id=user_id
+    )
+    waiting = mine.filter(status=DigestStatus.PENDING).order_by("hour").first()
+    if waiting is not None:
+        return waiting
+    status = _status_of(owner, email)
+    OwnerDigest.objects.bulk_create(
+        [
+            OwnerDigest(
+                environment_id=environment_id,
+                owner_user_id=user_id,
+                owner_name=owner.name if owner else "",
+                owner_email=email,
+                hour=hour,
+                status=status,
+                next_attempt_at=now if status == DigestStatus.PENDING else None,
+                last_error=WHY.get(status, ""),
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    return mine.get(hour=hour)
+
+
 def _file(environment_id, owner: Owner | None, events, hour, now) -> int:
     email = (owner.email or "").strip() if owner else ""
-    status = (
-        DigestStatus.NO_OWNER
-        if owner is None
-        else DigestStatus.NO_EMAIL
-        if not email
-        else DigestStatus.PENDING
-    )
     with transaction.atomic():
-        OwnerDigest.objects.bulk_create(
-            [
-                OwnerDigest(
-                    environment_id=environment_id,
-                    owner_user_id=owner.user_id if owner else "",
-                    owner_name=owner.name if owner else "",
-                    owner_email=email,
-                    hour=hour,
-                    status=status,
-                    next_attempt_at=now if status == DigestStatus.PENDING else None,
-                    last_error=WHY.get(status, ""),
-                )
-            ],
-            ignore_conflicts=True,
-        )
-        digest = OwnerDigest.objects.select_for_update().get(
-            environment_id=environment_id, owner_user_id=owner.user_id if owner else "", hour=hour
-        )
+        digest = _digest_for(environment_id, owner, email, hour, now)
         if digest.status not in (DigestStatus.PENDING, *WHY):
             return 0  # this hour's mail is sent or going: the next hour's lists them
         items = [

@@ -300,3 +300,34 @@ def test_the_sweep_files_and_queues_them_too(env, admin, smtp, settings):
     (pk,) = m.OwnerDigest.objects.values_list("pk", flat=True)
     assert owner_digest.send_digest(pk) == "delivered"
     assert len(smtp.mails) == 1
+
+
+def test_an_address_apprise_cannot_parse_is_not_mailed_to_anyone_else(env, admin, smtp):
+    # Apprise mails its own sender when no recipient parses: the digest fails instead.
+    mail_on(env, admin, smtp.url())
+    give_notice(
+        record_of(env, owner(email="ann at example"), key="PAP-13"), left=timedelta(hours=3)
+    )
+
+    assert owner_digest.send_due() == {"failed": 1}
+    assert smtp.mails == []
+    digest = m.OwnerDigest.objects.get()
+    assert "the owner's address 'ann at example' is not one Apprise can mail" in digest.last_error
+    assert digest.attempts == 1  # not retried: no retry makes it an address
+
+
+def test_notices_given_while_the_server_is_down_join_the_digest_waiting_for_it(env, admin, smtp):
+    mail_on(env, admin, smtp.url())
+    ann = owner()
+    give_notice(record_of(env, ann, key="PAP-20"), left=timedelta(days=1))
+    smtp.shut()
+    assert owner_digest.send_due() == {"pending": 1}
+
+    give_notice(record_of(env, ann, key="PAP-21"), left=timedelta(days=1))
+    smtp.open()
+    # Back an hour later: one mail with both, not one per hour of the outage.
+    next_hour = timezone.now() + timedelta(hours=1)
+    assert owner_digest.send_due(next_hour) == {"delivered": 1}
+    (mail,) = smtp.mails
+    assert "PAP-20 " in mail.body and "PAP-21 " in mail.body
+    assert m.OwnerDigest.objects.count() == 1
