@@ -338,6 +338,16 @@ class NotificationDeliveryFactory(DjangoModelFactory):
     )
 
 
+class OwnerDigestFactory(DjangoModelFactory):
+    class Meta:
+        model = m.OwnerDigest
+
+    environment = factory.SubFactory(EnvironmentFactory)
+    owner_user_id = factory.Sequence(lambda n: f"user-{n}")
+    owner_email = factory.LazyAttribute(lambda o: f"{o.owner_user_id}@example.com")
+    hour = factory.LazyFunction(lambda: timezone.now().replace(minute=0, second=0, microsecond=0))
+
+
 def salvage_export(
     retirement, files: dict[str, bytes], *, deleted=(), confirmed_at=None, **payload
 ):

@@ -25,6 +25,7 @@ FACTORIES = {
     m.NotificationEvent: f.NotificationEventFactory,
     m.NotificationDelivery: f.NotificationDeliveryFactory,
     m.PaperclipUpload: f.PaperclipUploadFactory,
+    m.OwnerDigest: f.OwnerDigestFactory,
 }
 
 
