@@ -30,6 +30,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from sandboxes.keep_links import NoKeepLink, keep_url
 from sandboxes.models import (
     DigestStatus,
     NotificationEvent,
@@ -54,7 +55,7 @@ from .delivery import (
     backoff,
     notify_apprise,
 )
-from .events import absolute
+from .links import absolute
 
 log = logging.getLogger(__name__)
 
@@ -217,9 +218,13 @@ def _file(environment_id, owner: Owner | None, events, hour, now) -> int:
 
 
 def keep_link(r: Retirement, notice: NotificationEvent, retire_after: datetime) -> str:
-    """The notice line's link that keeps the sandbox (docs/rules.md, owner
-    e-mail): one call, valid until the notice ends. "" while the console has none."""
-    return ""
+    """The notice line's link that keeps the sandbox (docs/rules.md, kept by the
+    owner), for this notice and valid until it ends; "" when the record cannot
+    carry one (its task has no owner)."""
+    try:
+        return keep_url(r, expires_at=retire_after, notice_event_id=notice.pk)
+    except NoKeepLink:
+        return ""
 
 
 def _notice(r: Retirement, event: NotificationEvent, now) -> words.Notice:

@@ -17,7 +17,9 @@ from datetime import datetime
 from .words import absolute, duration, size
 
 WIDTH = 76  # a plain-text mail's line
-KEPT_IF = "A sandbox is kept if an operator holds it before its notice ends."
+KEPT_IF = (
+    "A sandbox is kept if you open its keep link, or an operator holds it, before its notice ends."
+)
 
 
 def hour_of(moment: datetime) -> datetime:

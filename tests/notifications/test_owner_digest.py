@@ -2,12 +2,14 @@
 loopback (aiosmtpd) receives what Apprise's mailto:// sends, one digest per
 owner per hour, with the countdowns as of the moment it is sent."""
 
+import re
 from datetime import timedelta
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from sandboxes import keep_links
 from sandboxes import models as m
 from sandboxes.notifications import events, owner_digest, owner_mail
 from sandboxes.roles import ADMINS
@@ -105,6 +107,19 @@ def test_the_owner_receives_one_digest_listing_both_sandboxes_with_their_countdo
     assert f"Will be retired in 5 h 10 min, at {absolute(second.retire_after)}." in body
     assert f"/sandboxes/{first.pk}/" in body and f"/sandboxes/{second.pk}/" in body
     assert body.index("PAP-142") < body.index("PAP-150")  # in the order announced
+    # Each notice line carries its keep link: this notice's, for this owner,
+    # valid until the notice ends (sandboxes/keep_links.py).
+    links = re.findall(r"  Keep it: http://localhost:8000/keep/([^/\s]+)/\n", body)
+    assert len(links) == 2
+    read = [keep_links.read(token, now=timezone.now()) for token in links]
+    assert [x.retirement_id for x in read] == [first.pk, second.pk]
+    assert [x.expires_at for x in read] == [
+        first.retire_after.replace(microsecond=0),
+        second.retire_after.replace(microsecond=0),
+    ]
+    assert {x.owner_email for x in read} == {"ann@example.com"}
+    notices = m.NotificationEvent.objects.filter(type="retirement.notice")
+    assert {x.notice_event_id for x in read} == set(notices.values_list("pk", flat=True))
 
     digest = m.OwnerDigest.objects.get()
     assert (digest.status, digest.attempts, digest.owner_email) == (
