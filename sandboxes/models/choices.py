@@ -228,6 +228,7 @@ class HoldCode(models.TextChoices):
     UNKNOWN_AGE = "unknown_age"
     OPERATOR_HOLD = "operator_hold"
     PROVIDER_UNSUPPORTED = "provider_unsupported"
+    OUTSIDE_WINDOW = "outside_window"
 
 
 class TokenScope(models.TextChoices):

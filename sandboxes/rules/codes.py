@@ -28,6 +28,8 @@ class HoldCode(StrEnum):
     UNKNOWN_AGE = "unknown_age"
     OPERATOR_HOLD = "operator_hold"
     PROVIDER_UNSUPPORTED = "provider_unsupported"
+    # Hold-like: the environment's retirement window is closed (sandboxes/rules/window.py).
+    OUTSIDE_WINDOW = "outside_window"
 
 
 class RetirementKind(StrEnum):

@@ -60,9 +60,11 @@ def countdown(
     awaiting_since: datetime | None = None,
     hold_until: datetime | None = None,
     retention_ends: datetime | None = None,
+    window_opens: datetime | None = None,
 ) -> Countdown | None:
     """The first that applies: a notice running, a failed step's next attempt,
-    the wait for approval, an operator hold's end, the retention's end."""
+    the wait for approval, an operator hold's end, the retention's end, the
+    retirement window's opening."""
     if stage == Stage.NOTICED and retire_after is not None:
         return _until(
             "retires after the notice,", retire_after, now, "notice over: retires on the next pass"
@@ -76,5 +78,9 @@ def countdown(
     if HoldCode.RETENTION in holds and retention_ends is not None:
         return _until(
             "retention ends", retention_ends, now, "retention over: judged on the next pass"
+        )
+    if HoldCode.OUTSIDE_WINDOW in holds and window_opens is not None:
+        return _until(
+            "retirement window opens", window_opens, now, "window open: judged on the next pass"
         )
     return None

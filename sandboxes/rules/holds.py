@@ -19,6 +19,7 @@ from .codes import (
     RetirementKind,
     SaveState,
 )
+from .window import Window
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,12 @@ HOLDS: dict[str, Hold] = {
         "The console has no client for this lease's provider; it is listed, never touched.",
         "no client for this provider",
     ),
+    # Hold-like: nothing is wrong with the sandbox, the hour is (docs/rules.md,
+    # the retirement window); it waits for the window to open.
+    HoldCode.OUTSIDE_WINDOW: Hold(
+        "Outside the environment's retirement window: destroys and owner notices wait for it.",
+        "outside the retirement window",
+    ),
 }
 HOLD_ORDER = [str(code) for code in HOLDS]
 HOLD_EXPLANATIONS: dict[str, str] = {code: hold.explanation for code, hold in HOLDS.items()}
@@ -104,7 +111,8 @@ STOP_ONLY_KINDS = (
 # hold still applies", seed 001; "preserve the existing ownership hold", seed
 # 002), except these, which a stop does not need to wait for (docs/rules.md, holds): the
 # stop settles a missing stop receipt, a stopped sandbox still resumes, a stop
-# keeps the disk, and retention and unknown age gate only a destroy.
+# keeps the disk, and retention, unknown age and the retirement window gate
+# only a destroy (and its notice).
 STOP_IGNORES = frozenset(
     {
         HoldCode.NO_STOP_RECEIPT,
@@ -112,6 +120,7 @@ STOP_IGNORES = frozenset(
         HoldCode.WRITER_ACTIVE,
         HoldCode.RETENTION,
         HoldCode.UNKNOWN_AGE,
+        HoldCode.OUTSIDE_WINDOW,
     }
 )
 # Kinds that claim the sandbox is already suspended: they need the stop receipt.
@@ -155,6 +164,29 @@ class LeaseFacts:
     # The open recovery action that holds the task, in words ("restore recovery
     # on PAP-142"); "" when none or not known.
     recovery_action: str = ""
+    # The environment's retirement window (None: any time).
+    window: Window | None = None
+
+
+def window_closed(facts: LeaseFacts, kind: str | None, now: datetime) -> bool:
+    """Whether the retirement window keeps this candidate waiting now. A stop is
+    not a destroy: the stop-only kinds are never limited (docs/rules.md, the
+    retirement window)."""
+    return (
+        facts.window is not None
+        and kind is not None
+        and kind not in STOP_ONLY_KINDS
+        and not facts.window.is_open(now)
+    )
+
+
+def window_opens(facts: LeaseFacts, holds, now: datetime) -> datetime | None:
+    """When a record held by the window alone may go on: the window's next
+    opening; None if it waits for anything else too (those holds follow data,
+    not the clock) or the window is open."""
+    if facts.window is None or list(holds) != [HoldCode.OUTSIDE_WINDOW]:
+        return None
+    return facts.window.next_opening(now)
 
 
 def compute_holds(
@@ -197,19 +229,28 @@ def compute_holds(
         codes.add(HoldCode.OPERATOR_HOLD)
     if facts.provider and facts.provider not in DRIVEN_PROVIDERS:
         codes.add(HoldCode.PROVIDER_UNSUPPORTED)
+    if window_closed(facts, kind, now):
+        codes.add(HoldCode.OUTSIDE_WINDOW)
     return [code for code in HOLD_ORDER if code in codes]
 
 
 def holds_change_at(facts: LeaseFacts, kind: str | None, *, now: datetime) -> datetime | None:
     """When compute_holds' answer for these facts changes with time alone: the end
-    of the warm retention a `done_task_warm` candidate is still inside (None if no
-    time-based hold is running). Every other hold follows data, not the clock."""
-    if kind != RetirementKind.DONE_TASK_WARM:
-        return None
-    if facts.released_at is None or facts.warm_retention is None:
-        return None
-    ends = facts.released_at + facts.warm_retention
-    return ends if ends > now else None
+    of the warm retention a `done_task_warm` candidate is still inside, or the
+    retirement window's next opening or closing (None if no time-based hold
+    applies). Every other hold follows data, not the clock."""
+    times = []
+    if (
+        kind == RetirementKind.DONE_TASK_WARM
+        and facts.released_at is not None
+        and facts.warm_retention is not None
+    ):
+        ends = facts.released_at + facts.warm_retention
+        if ends > now:
+            times.append(ends)
+    if facts.window is not None and kind is not None and kind not in STOP_ONLY_KINDS:
+        times.append(facts.window.next_change(now))
+    return min(times, default=None)
 
 
 def blocking_holds(holds: list[str], kind: str | None) -> list[str]:
@@ -235,6 +276,11 @@ def explain(
         reasons[HoldCode.NO_STOP_RECEIPT] = f"Stop not confirmed: {stop_refusal}."
     if facts is not None and facts.recovery_action and HoldCode.RECOVERY_OPEN in reasons:
         reasons[HoldCode.RECOVERY_OPEN] = f"{facts.recovery_action} is open."
+    if facts is not None and facts.window is not None and HoldCode.OUTSIDE_WINDOW in reasons:
+        reasons[HoldCode.OUTSIDE_WINDOW] = (
+            f"Outside the environment's retirement window ({facts.window.describe()}): "
+            "destroys and owner notices wait for it."
+        )
     operator = (before or {}).get(HoldCode.OPERATOR_HOLD)
     if operator and HoldCode.OPERATOR_HOLD in reasons:
         reasons[HoldCode.OPERATOR_HOLD] = operator
@@ -259,12 +305,16 @@ def phrase(
     operator: str = "",
     operator_since: str = "",
     operator_until: str = "",
+    window_opens: str = "",
 ) -> str:
     """One hold as every page, the API and the notifications say it, with its end
     when it has one, from plain values already loaded: the record's stored line
     (`reason`), the task's key, the lease's run (short id, status in words), when
     the retention ends (in words), and the operator's hold: who, why, since and
-    until when (in words)."""
+    until when (in words), and when the retirement window opens (its own time
+    zone's "Mon 09:00")."""
+    if code == HoldCode.OUTSIDE_WINDOW and window_opens:
+        return f"outside the retirement window (opens {window_opens})"
     if code == HoldCode.RETENTION and retention_until:
         return f"retention until {retention_until}"
     if code == HoldCode.RUN_ACTIVE and run:

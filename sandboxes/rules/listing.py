@@ -23,8 +23,23 @@ from enum import StrEnum
 from typing import Any
 
 from .codes import STAGES_CLOSED, Stage
-from .holds import LeaseFacts, blocking_holds, compute_holds, explain, holds_change_at
+from .holds import (
+    LeaseFacts,
+    blocking_holds,
+    compute_holds,
+    explain,
+    holds_change_at,
+    window_opens,
+)
 from .next_step import Sync, new_record_state, sync_step
+from .window import Window
+
+
+class Each(StrEnum):
+    """decide_listing's `window` when no other is proposed: each candidate's own."""
+
+    ENVIRONMENT = "each environment's own"
+
 
 # What the decision reads of an open record.
 RECORD_FIELDS = (
@@ -98,6 +113,9 @@ class Listed:
     claimed: bool = False  # a worker holds the record: it is left to that worker
     reason: str = ""  # DISMISS: why, in words
     candidate: Candidate | None = None  # CREATE, TRACK: the lease row judged
+    # Held by the retirement window alone: when it opens (the record's
+    # next_attempt_at; its notice, if it had one, stands).
+    window_opens: datetime | None = None
 
     @property
     def rewrite(self) -> bool:
@@ -144,11 +162,20 @@ class _Judge:
     refusals: Mapping
     mode: str | None
     warm_retention: timedelta | None
+    window: Window | None | Each = Each.ENVIRONMENT
 
-    def holds(self, cand: Candidate, kind: str, operator_hold_reason: str = "") -> list[str]:
+    def facts(self, cand: Candidate) -> LeaseFacts:
+        """The candidate's facts under the policy judged: a proposed retention or
+        window replaces the environment's."""
         facts = cand.facts
         if self.warm_retention is not None and facts.warm_retention != self.warm_retention:
             facts = replace(facts, warm_retention=self.warm_retention)
+        if not isinstance(self.window, Each) and facts.window != self.window:
+            facts = replace(facts, window=self.window)
+        return facts
+
+    def holds(self, cand: Candidate, kind: str, operator_hold_reason: str = "") -> list[str]:
+        facts = self.facts(cand)
         return compute_holds(facts, kind, operator_hold_reason=operator_hold_reason, now=self.now)
 
     def track(self, rec: Mapping[str, Any], cand: Candidate, kind: str) -> Listed:
@@ -157,7 +184,7 @@ class _Judge:
         holds = self.holds(cand, kind, rec["operator_hold_reason"])
         blocking = blocking_holds(holds, kind)
         refusal = self.refusals.get(cand.lease_id, "")
-        reasons = explain(holds, cand.facts, rec["hold_reasons"], refusal)
+        reasons = explain(holds, self.facts(cand), rec["hold_reasons"], refusal)
         is_claimed = claimed(rec, self.now)
         sync = sync_step(
             stage=rec["stage"],
@@ -168,12 +195,17 @@ class _Judge:
             claimed=is_claimed,
         )
         stage, due = rec["stage"], rec["next_attempt_at"]
+        opens = None
         if sync is Sync.HOLD:
             stage, due = Stage.HELD, None  # a hold stops a running notice too
         elif sync is Sync.RELEASE:
             stage, due = Stage.LISTED, self.now
         elif sync is Sync.WAKE and stage not in (*STAGES_CLOSED, Stage.HELD):
             due = self.now
+        if stage == Stage.HELD and not is_claimed:
+            # The window alone: the record waits for its opening, notice kept.
+            opens = window_opens(self.facts(cand), blocking, self.now)
+            due = opens or due
         return Listed(
             Does.TRACK,
             _sandbox(rec),
@@ -187,18 +219,21 @@ class _Judge:
             due,
             is_claimed,
             candidate=cand,
+            window_opens=opens,
         )
 
     def create(self, cand: Candidate, kind: str) -> Listed:
         """A candidate without a record: the one the listing creates."""
         holds = self.holds(cand, kind)
         blocking = blocking_holds(holds, kind)
-        reasons = explain(holds, cand.facts, stop_refusal=self.refusals.get(cand.lease_id, ""))
+        facts = self.facts(cand)
+        reasons = explain(holds, facts, stop_refusal=self.refusals.get(cand.lease_id, ""))
         stage, due = new_record_state(
             blocking=blocking,
             mode=cand.retirement_mode if self.mode is None else self.mode,
             now=self.now,
         )
+        opens = window_opens(facts, blocking, self.now)
         sandbox = (cand.provider, cand.provider_lease_id)
         return Listed(
             Does.CREATE,
@@ -209,8 +244,9 @@ class _Judge:
             tuple(blocking),
             reasons,
             stage=stage,
-            due_at=due,
+            due_at=opens or due,
             candidate=cand,
+            window_opens=opens,
         )
 
     def close(self, rec: Mapping[str, Any], reason: str) -> Listed:
@@ -248,6 +284,7 @@ def decide_listing(
     refusals: Mapping | None = None,
     mode: str | None = None,
     warm_retention: timedelta | None = None,
+    window: Window | None | Each = Each.ENVIRONMENT,
 ) -> list[Listed]:
     """What the listing does to each open record (one answer each) and to each
     candidate without one, in the order of the candidates, then the re-judged.
@@ -255,9 +292,9 @@ def decide_listing(
     `judged`: the re-judged leases (`to_rejudge`) by id, missing where the
     lease's graph has placeholders again. `refusals`: why Paperclip's predicate
     refuses the stop of a lease held no_stop_receipt (the line says so).
-    `mode`, `warm_retention`: decide under that policy instead of each
-    environment's (the preview)."""
-    judge = _Judge(now, refusals or {}, mode, warm_retention)
+    `mode`, `warm_retention`, `window` (None: any time): decide under that
+    policy instead of each environment's (the preview)."""
+    judge = _Judge(now, refusals or {}, mode, warm_retention, window)
     records = list(records)
     by_sandbox = {_sandbox(r): r for r in records}
     cands = {(c.provider, c.provider_lease_id): c for c in candidates}

@@ -96,14 +96,21 @@ def test_a_failed_row_is_never_resumable():
     assert HoldCode.TASK_CAN_RESUME not in compute_holds(facts, "abandoned_warm", now=NOW)
 
 
-STOP_IGNORED = ["no_stop_receipt", "task_can_resume", "writer_active", "retention", "unknown_age"]
+STOP_IGNORED = [
+    "no_stop_receipt",
+    "task_can_resume",
+    "writer_active",
+    "retention",
+    "unknown_age",
+    "outside_window",  # a stop is not a destroy (docs/rules.md, the retirement window)
+]
 
 
 @pytest.mark.parametrize(
     "kind", [RetirementKind.STOP_AFTER_UNSUCCESSFUL_RUN, RetirementKind.SUPERSEDED_RUNNING_WARM]
 )
 @pytest.mark.parametrize("code", [c.value for c in HoldCode])
-def test_every_hold_blocks_a_stop_only_step_but_five(kind, code):
+def test_every_hold_blocks_a_stop_only_step_but_six(kind, code):
     """DOMAIN §2.2, issue 10 item 4 (main: only operator_hold blocked a stop)."""
     expected = [] if code in STOP_IGNORED else [code]
     assert blocking_holds([code], kind) == expected
