@@ -185,6 +185,12 @@ SCENARIOS = [
         lease_status="failed",
         env="e2b-demo",
     ),
+    Scenario(
+        "PAP-124",
+        "Hold: outside the environment's retirement window",
+        lease_status="failed",
+        env="local-demo-office",
+    ),
     # Manual mode: salvage, then wait in the approvals queue.
     Scenario(
         "PAP-130",
@@ -203,7 +209,14 @@ SCENARIOS = [
     ),
 ]
 
-ENVIRONMENTS = {"local-demo": "auto", "local-demo-manual": "manual", "e2b-demo": "auto"}
+ENVIRONMENTS = {
+    "local-demo": "auto",
+    "local-demo-manual": "manual",
+    "e2b-demo": "auto",
+    # Destroys only inside its retirement window (set_demo_window).
+    "local-demo-office": "auto",
+}
+WINDOW_ENVIRONMENT = "local-demo-office"
 # The demo's price table (per vCPU-hour, GiB-hour of memory, GiB-month of
 # disk; a stopped sandbox pays for its disk only), so a fresh `make run` shows
 # money. The e2b environment has no client, so its sizes are never read and
@@ -471,6 +484,22 @@ def ensure_sandboxes(provider) -> dict[str, str]:
             provider.stop(info.id)
         ids[key] = info.id
     return ids
+
+
+def set_demo_window(now: datetime | None = None) -> int:
+    """Give the demo's office environment a retirement window where it has none
+    (an admin's own is kept): 09:00–17:00 Europe/Berlin on the weekday three days
+    from today, so it is closed whenever the demo is loaded and its sandbox shows
+    the window's hold. Returns how many environments got one."""
+    from datetime import time
+
+    from sandboxes.models import Environment
+    from sandboxes.rules.window import DAYS
+
+    day = DAYS[((now or timezone.now()).weekday() + 3) % 7]
+    return Environment.objects.filter(name=WINDOW_ENVIRONMENT, time_zone="").update(
+        time_zone="Europe/Berlin", window_days=day, window_start=time(9), window_end=time(17)
+    )
 
 
 def set_demo_prices() -> int:

@@ -47,9 +47,22 @@ def retention_ends(r) -> datetime | None:
     return lease.released_at + env.warm_retention
 
 
+def window_opens(r, now: datetime | None = None) -> datetime | None:
+    """When the record's retirement window next opens (None: no window)."""
+    env = getattr(r, "environment", None)
+    window = env.window if env is not None else None
+    return window.next_opening(now or timezone.now()) if window is not None else None
+
+
 def hold_phrase(code: str, r) -> str:
     """One hold of this record in words ("retention until Dec 2 16:09", "waiting
-    for run 25dd… (running)", "held by alice: waiting for the owner (since …)")."""
+    for run 25dd… (running)", "held by alice: waiting for the owner (since …)",
+    "outside the retirement window (opens Mon 09:00)", in the window's own time
+    zone)."""
+    opens = ""
+    env = getattr(r, "environment", None) if code == HoldCode.OUTSIDE_WINDOW else None
+    if env is not None and env.window is not None:
+        opens = env.window.opens_words(timezone.now())
     lease = getattr(r, "lease", None)
     issue = getattr(lease, "issue", None) if lease is not None else None
     run = getattr(lease, "heartbeat_run", None) if lease is not None else None
@@ -67,6 +80,7 @@ def hold_phrase(code: str, r) -> str:
         operator=getattr(r, "operator_hold_by", "") or "",
         operator_since=when(held_at) if held_at is not None else "",
         operator_until=when(held_until) if held_until is not None else "",
+        window_opens=opens,
     )
 
 
@@ -126,4 +140,5 @@ def next_countdown(
         awaiting_since=awaiting_since,
         hold_until=r.operator_hold_until,
         retention_ends=retention_ends(r),
+        window_opens=window_opens(r, now) if HoldCode.OUTSIDE_WINDOW in (r.holds or []) else None,
     )

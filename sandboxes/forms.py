@@ -5,6 +5,7 @@ from django import forms
 from sandboxes.actions import MAX_BULK_APPROVE
 from sandboxes.models.choices import HoldCode, RetirementKind, RetirementMode, Stage, TokenScope
 from sandboxes.providers.base import SandboxState
+from sandboxes.rules.window import DAYS, WindowError, window_from
 
 
 def _blank(label: str, choices) -> list[tuple[str, str]]:
@@ -145,10 +146,51 @@ class PolicyForm(forms.Form):
         label="Notice period (hours, auto mode; 0 = off)",
     )
     workspace_root = forms.CharField(max_length=500)
+    # The retirement window (docs/rules.md, the retirement window): all empty is any time.
+    time_zone = forms.CharField(
+        max_length=64,
+        required=False,
+        label="Retirement window: time zone (IANA, e.g. Europe/Berlin; empty = any time)",
+    )
+    window_days = forms.MultipleChoiceField(
+        required=False,
+        choices=[(d, d.capitalize()) for d in DAYS],
+        widget=forms.CheckboxSelectMultiple,
+        label="Retirement window: days",
+        error_messages={"invalid_choice": "window_days: %(value)s is not a day (mon … sun)."},
+    )
+    window_start = forms.TimeField(
+        required=False,
+        label="Retirement window: opens at (local time)",
+        widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
+        error_messages={"invalid": "window_start: give a time, like 09:00."},
+    )
+    window_end = forms.TimeField(
+        required=False,
+        label="Retirement window: closes at (at or before the start: the next day)",
+        widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
+        error_messages={"invalid": "window_end: give a time, like 17:00."},
+    )
     reason = forms.CharField(max_length=2000, label="Reason for the policy change")
 
     def clean_notice_hours(self):
         return self.cleaned_data.get("notice_hours") or 0.0
+
+    def clean(self):
+        data = super().clean()
+        window_fields = ("time_zone", "window_days", "window_start", "window_end")
+        if any(name in self.errors for name in window_fields):
+            return data
+        try:
+            data["window"] = window_from(
+                data.get("time_zone", ""),
+                data.get("window_days") or [],
+                data.get("window_start"),
+                data.get("window_end"),
+            )
+        except WindowError as exc:
+            self.add_error(exc.field, str(exc))
+        return data
 
     def clean_workspace_root(self):
         from sandboxes.ingest.schemas import sandbox_root

@@ -16,6 +16,7 @@ from django.db.models import Q
 from sandboxes.providers.base import Provider
 from sandboxes.providers.registry import get_provider
 from sandboxes.rules.owner import OwnedAs, Owner, task_owner
+from sandboxes.rules.window import DAYS, Window, stored_window
 
 from .choices import (
     KEEPABLE_STATUSES,
@@ -38,6 +39,10 @@ from .choices import (
     SaveState,
     enum_check,
 )
+
+# The stored days: "" or day names, comma-separated ("mon,tue,wed,thu,fri").
+_DAY = "(" + "|".join(DAYS) + ")"
+WINDOW_DAYS_PATTERN = rf"^({_DAY}(,{_DAY})*)?$"
 
 
 def provider_named(model: str) -> models.CheckConstraint:
@@ -114,6 +119,15 @@ class Environment(MirroredModel):
         help_text="Auto mode: announce a retirement this long before it (0: off).",
     )
     workspace_root = models.CharField(max_length=500, default="workspace")
+    # The retirement window (docs/rules.md, the retirement window): destroys and
+    # owner notices only on `window_days` ("mon,tue,…") from `window_start` to
+    # `window_end`, local time in `time_zone` (IANA). All empty: any time.
+    time_zone = models.CharField(
+        max_length=64, blank=True, help_text="The retirement window's IANA time zone."
+    )
+    window_days = models.CharField(max_length=27, blank=True)
+    window_start = models.TimeField(null=True, blank=True)
+    window_end = models.TimeField(null=True, blank=True)
     api_url = models.URLField(blank=True, help_text="Provider API URL; blank uses DAYTONA_API_URL.")
     api_key_env = models.CharField(
         max_length=100,
@@ -170,6 +184,22 @@ class Environment(MirroredModel):
                 )
                 for name in PRICE_FIELDS
             ],
+            # A window is set whole or not at all (any time).
+            models.CheckConstraint(
+                condition=(
+                    Q(time_zone="", window_days="", window_start=None, window_end=None)
+                    | (
+                        ~Q(time_zone="")
+                        & ~Q(window_days="")
+                        & Q(window_start__isnull=False, window_end__isnull=False)
+                    )
+                ),
+                name="environment_window_whole",
+            ),
+            models.CheckConstraint(
+                condition=Q(window_days__regex=WINDOW_DAYS_PATTERN),
+                name="environment_window_days",
+            ),
         ]
 
     def __str__(self):
@@ -183,7 +213,13 @@ class Environment(MirroredModel):
             "max_retirements_per_pass": self.max_retirements_per_pass,
             "workspace_root": self.workspace_root,
             "notice_hours": self.notice_period.total_seconds() / 3600,
+            "retirement_window": self.window.describe() if self.window else "any time",
         }
+
+    @property
+    def window(self) -> Window | None:
+        """The retirement window (None: any time)."""
+        return stored_window(self.time_zone, self.window_days, self.window_start, self.window_end)
 
     def provider_client(self, provider: str = "") -> Provider:
         """The shared client for `provider` (blank: this environment's) with this

@@ -63,6 +63,7 @@ from sandboxes.models.choices import (
 )
 from sandboxes.rules.holds import LeaseFacts
 from sandboxes.rules.listing import Candidate
+from sandboxes.rules.window import stored_window
 
 from .proof_facts import (
     TERMINATED,
@@ -284,6 +285,10 @@ FACT_FIELDS = (
     "environment__retirement_mode",
     "kind",
     "recovery_open_what",
+    "environment__time_zone",
+    "environment__window_days",
+    "environment__window_start",
+    "environment__window_end",
 )
 
 
@@ -343,6 +348,7 @@ def _to_candidate(row: tuple) -> Candidate:
         mode,
         kind,
         recovery_open_what,
+        *window,
     ) = row
     other_rows = other_rows or 0
     facts = LeaseFacts(
@@ -367,6 +373,7 @@ def _to_candidate(row: tuple) -> Candidate:
         undated_row=bool(other_rows & UNDATED_ROW),
         provider=provider,
         recovery_action=recovery_words(recovery_open_what),
+        window=stored_window(*window),  # one Window per environment (cached)
     )
     return Candidate(lease_id, provider, sandbox, environment_id, mode, kind, facts)
 

@@ -18,7 +18,7 @@ from sandboxes.models import AuditEvent, Receipt, Retirement
 from sandboxes.models.choices import SHARING_STATUSES, RetirementMode, Stage
 from sandboxes.proof import fingerprint_of, replaced_workspace
 from sandboxes.providers.base import SandboxState, TransientProviderError
-from sandboxes.rules.holds import STOP_ONLY_KINDS, compute_holds
+from sandboxes.rules.holds import STOP_ONLY_KINDS, compute_holds, window_opens
 from sandboxes.rules.listing import LEASE_MOVED, Candidate
 from sandboxes.rules.next_step import notice_on, notice_valid
 from sandboxes.rules.proof import Proof, has_approval, proof_from_receipts, proof_key
@@ -77,7 +77,9 @@ def authorize_destroy(r: Retirement, cand: Candidate | None, now) -> str:
         cand.facts, cand.kind, operator_hold_reason=r.operator_hold_reason, now=now
     )
     if holds:
-        raise DestroyRefused(f"held: {', '.join(holds)}")
+        opens = window_opens(cand.facts, holds, now)
+        when = f" (the retirement window opens {iso(opens)})" if opens else ""
+        raise DestroyRefused(f"held: {', '.join(holds)}{when}")
     env = r.environment
     if env.retirement_mode == RetirementMode.OBSERVE:
         raise DestroyRefused("the environment is in observe mode")

@@ -108,6 +108,8 @@ class _Plan:
     creates: list[Retirement] = field(default_factory=list)
     updates: list[Retirement] = field(default_factory=list)
     to_hold: list = field(default_factory=list)
+    # Held by the retirement window alone: {record id: when it opens}.
+    to_wait_window: dict = field(default_factory=dict)
     to_release: list = field(default_factory=list)
     to_wake: list = field(default_factory=list)
     to_dismiss: dict = field(default_factory=dict)
@@ -130,7 +132,10 @@ class _Plan:
                             pk=rec["id"], holds=list(d.holds), hold_reasons=d.reasons, kind=d.kind
                         )
                     )
-                if d.sync is Sync.HOLD:
+                if d.window_opens is not None:
+                    if d.sync is Sync.HOLD or rec["next_attempt_at"] != d.window_opens:
+                        plan.to_wait_window[rec["id"]] = d.window_opens
+                elif d.sync is Sync.HOLD:
                     plan.to_hold.append(rec["id"])
                 elif d.sync is Sync.RELEASE:
                     plan.to_release.append(rec["id"])
@@ -212,6 +217,8 @@ def _write(plan: _Plan, result: SyncResult, now) -> None:
                 updated_at=now,
             )
         )
+    if plan.to_wait_window:
+        result.held += _wait_for_window(plan.to_wait_window, unclaimed, now)
     if plan.to_release:
         result.released = Retirement.objects.filter(
             unclaimed, pk__in=plan.to_release, stage=Stage.HELD
@@ -225,6 +232,24 @@ def _write(plan: _Plan, result: SyncResult, now) -> None:
         result.dismissed = len(result.dismissed_ids)
     result.listed_ids = _create(plan.creates)
     result.created = len(result.listed_ids)
+
+
+def _wait_for_window(opens: dict, unclaimed: Q, now) -> int:
+    """Records the retirement window alone holds: held until it opens. Their
+    notice stands (the window closing is no reason to tell the owner again,
+    docs/rules.md, the retirement window). One statement per opening: the
+    records of one environment share it."""
+    by_opening: dict = {}
+    for pk, at in opens.items():
+        by_opening.setdefault(at, []).append(pk)
+    held = 0
+    for at, ids in by_opening.items():
+        held += (
+            Retirement.objects.filter(unclaimed, pk__in=ids, started_for_salvage=False)
+            .open()
+            .update(stage=Stage.HELD, next_attempt_at=at, updated_at=now)
+        )
+    return held
 
 
 def _create(creates: list[Retirement]) -> list[str]:

@@ -19,7 +19,7 @@ from sandboxes.models import Environment, EnvironmentLease, Receipt, Retirement
 from sandboxes.models.choices import HoldCode, ReceiptKind, Stage
 from sandboxes.notifications import events as notify
 from sandboxes.proof import fingerprint_of, replaced_workspace
-from sandboxes.rules.holds import blocking_holds, compute_holds, explain
+from sandboxes.rules.holds import blocking_holds, compute_holds, explain, window_opens
 from sandboxes.rules.listing import LEASE_MOVED, NOT_A_CANDIDATE, Candidate
 from sandboxes.rules.next_step import Next, next_step, situation_of
 from sandboxes.rules.proof import Proof, proof_from_receipts, proof_key, void_reason
@@ -135,6 +135,10 @@ def plan_step(retirement_id, attempt_id, worker: Worker) -> Plan | None:
         step = next_step(situation, now)
         if step is Next.SALVAGE:
             return _plan_salvage(r, base, proof, receipts, fingerprint)
+        if step is Next.HOLD and (opens := window_opens(cand.facts, blocking, now)):
+            # The retirement window alone: wait for its opening, notice kept.
+            wait_record(r, Stage.HELD, next_attempt_at=opens, keep_notice=True)
+            return None
         return _follow(r, step, base, proof_key(proof), now)
 
 

@@ -35,6 +35,7 @@ from sandboxes.rules import listing
 from sandboxes.rules.listing import Candidate, Does, Listed, decide_listing, to_rejudge
 from sandboxes.rules.next_step import Next, notice_on, settle, situation_of
 from sandboxes.rules.proof import proof_from_receipts
+from sandboxes.rules.window import Window
 
 from .candidates import judge_leases, list_candidates
 
@@ -47,6 +48,7 @@ CATEGORIES = {
     "awaiting_approval": "wait for approval",
     "stop": "be stopped and retained (corrections, superseded warm sandboxes)",
     "held": "be held",
+    "window": "wait for the retirement window",
     "wait_cap": "wait for the next pass (per-pass cap reached)",
     "retry_later": "wait for a scheduled retry",
     "observe": "be listed only (observe mode)",
@@ -88,6 +90,7 @@ class Policy:
     warm_retention: timedelta
     max_retirements_per_pass: int
     notice_period: timedelta
+    window: Window | None = None  # the retirement window (None: any time)
 
     @classmethod
     def of(cls, env: Environment) -> Policy:
@@ -96,6 +99,7 @@ class Policy:
             env.warm_retention,
             env.max_retirements_per_pass,
             env.notice_period or timedelta(0),
+            env.window,
         )
 
 
@@ -104,10 +108,14 @@ class Outcome:
     counts: dict = field(default_factory=dict)
     held_by_code: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)  # category → [row], at most LIST_LIMIT each
+    # When the records counted under "window" may go on, in the window's own
+    # time zone ("Mon 09:00"); "" when none waits for it.
+    window_opens: str = ""
 
     def summary(self) -> dict:
         """What the audit row records."""
-        return {"counts": dict(self.counts), "held_by_code": dict(self.held_by_code)}
+        out = {"counts": dict(self.counts), "held_by_code": dict(self.held_by_code)}
+        return out | ({"window_opens": self.window_opens} if self.window_opens else {})
 
     def ids(self, category: str) -> set:
         return {r["record_id"] for r in self.rows.get(category, []) if r["record_id"]}
@@ -185,7 +193,7 @@ def _row(item: Listed, category: str) -> dict:
         "provider": item.sandbox[0],
         "sandbox_id": item.sandbox[1],
         "kind": item.kind,
-        "holds": list(item.blocking if category == "held" else item.holds),
+        "holds": list(item.blocking if category in ("held", "window") else item.holds),
         "stops_first": started and category not in ("salvage", "retire"),
     }
 
@@ -203,6 +211,7 @@ def _listed(policy: Policy, records, candidates, judged, now: datetime) -> list[
         now,
         mode=policy.retirement_mode,
         warm_retention=policy.warm_retention,
+        window=policy.window,
     )
     items = [d for d in decided if d.does not in (Does.LEAVE, Does.WAKE)]
     items.sort(
@@ -248,8 +257,10 @@ def outcome(
                 and not notice_on(policy.retirement_mode, policy.notice_period)
             ):
                 retired += 1  # a salvage is expected to end in a retirement this pass
+        if category == "held" and item.window_opens is not None:
+            category = "window"  # held by the retirement window alone
         counts[category] += 1
-        if category == "held":
+        if category in ("held", "window"):
             by_code.update(item.blocking or item.holds)
         bucket = rows.setdefault(category, [])
         if len(bucket) < LIST_LIMIT:
@@ -257,6 +268,8 @@ def outcome(
     out.counts = {c: counts[c] for c in CATEGORIES if counts[c]}
     out.held_by_code = dict(sorted(by_code.items()))
     out.rows = rows
+    if counts["window"] and policy.window is not None:
+        out.window_opens = policy.window.opens_words(now)
     return out
 
 

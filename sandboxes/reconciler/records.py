@@ -31,10 +31,12 @@ def close_record(r: Retirement, stage: str, reason: str, now) -> None:
     )
 
 
-def wait_record(r: Retirement, stage: str, next_attempt_at=None) -> None:
+def wait_record(r: Retirement, stage: str, next_attempt_at=None, *, keep_notice=False) -> None:
+    """`keep_notice`: held by the retirement window alone, the notice stands
+    (docs/rules.md, the retirement window)."""
     r.stage = stage
     r.next_attempt_at = next_attempt_at
-    if stage == Stage.HELD:
+    if stage == Stage.HELD and not keep_notice:
         # A hold stops a running notice: once it clears, the owner hears again.
         r.retire_after = None
         r.notice_proof = ""

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from django.views.decorators.http import require_GET, require_POST
 
@@ -23,6 +24,10 @@ def _policy_initial(env: Environment) -> dict:
         "max_retirements_per_pass": env.max_retirements_per_pass,
         "notice_hours": round(env.notice_period.total_seconds() / 3600, 2),
         "workspace_root": env.workspace_root,
+        "time_zone": env.time_zone,
+        "window_days": [d for d in env.window_days.split(",") if d],
+        "window_start": env.window_start,
+        "window_end": env.window_end,
     }
 
 
@@ -33,6 +38,7 @@ POLICY_CHANGES = (
     ("max_retirements_per_pass", "Max retirements per pass", ""),
     ("notice_hours", "Notice period", " h"),
     ("workspace_root", "Workspace root", ""),
+    ("window", "Retirement window", ""),
 )
 
 
@@ -44,9 +50,14 @@ def _policy_value(name: str, value, unit: str) -> str:
     return f"{value}{unit}"
 
 
+def _window_words(window) -> str:
+    return window.describe() if window is not None else "any time"
+
+
 def policy_changes(env: Environment, data: dict) -> list[dict]:
     """Each policy value the form changes, as the preview shows it: old → new."""
-    old = _policy_initial(env)
+    old = _policy_initial(env) | {"window": _window_words(env.window)}
+    data = data | {"window": _window_words(data.get("window"))}
     rows = []
     for name, label, unit in POLICY_CHANGES:
         before = _policy_value(name, old.get(name), unit)
@@ -96,6 +107,14 @@ def _prices(env: Environment) -> list[dict]:
     return rows
 
 
+def _opens(env: Environment) -> str:
+    """When a closed retirement window opens, in its own time zone; "" if open or none."""
+    window, now = env.window, timezone.now()
+    if window is None or window.is_open(now):
+        return ""
+    return window.opens_words(now)
+
+
 def _environments_context(
     request,
     *,
@@ -121,6 +140,7 @@ def _environments_context(
                 "prices": _prices(env),
                 "open_edit": env.pk in (bound or {}) or env.pk in (bound_prices or {}),
                 "preview": (preview_of or {}).get(env.pk),
+                "window_opens": _opens(env),
             }
         )
     return {
@@ -136,6 +156,7 @@ def proposed_policy(data: dict) -> Policy:
         timedelta(hours=data["warm_retention_hours"]),
         data["max_retirements_per_pass"],
         timedelta(hours=data.get("notice_hours") or 0),
+        data.get("window"),
     )
 
 
@@ -147,7 +168,7 @@ def confirmation_token(env: Environment, data: dict, shown: dict) -> str:
         {
             "env": str(env.pk),
             "current": env.policy(),
-            "proposed": {k: data[k] for k in sorted(data) if k != "reason"},
+            "proposed": {k: data[k] for k in sorted(data) if k not in ("reason", "window")},
             "shown": shown,
         },
         sort_keys=True,
@@ -156,12 +177,21 @@ def confirmation_token(env: Environment, data: dict, shown: dict) -> str:
     return salted_hmac("policy-preview", value).hexdigest()
 
 
+def _label(category: str, pv) -> str:
+    """A category's words; the window's with when it opens ("wait for the
+    retirement window (opens Mon 09:00)")."""
+    opens = pv.proposed.window_opens or pv.current.window_opens
+    if category == "window" and opens:
+        return f"{CATEGORIES[category]} (opens {opens})"
+    return CATEGORIES[category]
+
+
 def _preview_rows(pv) -> list[dict]:
     cats = [c for c in CATEGORIES if pv.current.counts.get(c) or pv.proposed.counts.get(c)]
     return [
         {
             "category": c,
-            "label": CATEGORIES[c],
+            "label": _label(c, pv),
             "current": pv.current.counts.get(c, 0),
             "proposed": pv.proposed.counts.get(c, 0),
             "changed": pv.current.counts.get(c, 0) != pv.proposed.counts.get(c, 0),
@@ -188,7 +218,7 @@ def edit_policy(request, pk):
         proposed = proposed_policy(data)
         summary = None
         if proposed != Policy.of(env):
-            # A change to mode, retention, cap or notice is saved only once the
+            # A change to mode, retention, cap, notice or window is saved only once the
             # admin has seen what the next pass would do, and confirmed it.
             pv = preview(env, proposed)
             summary = {"current": pv.current.summary(), "proposed": pv.proposed.summary()}
@@ -221,7 +251,8 @@ def edit_policy(request, pk):
                 )
                 return render(request, "sandboxes/environments.html", context)
         try:
-            actions.edit_policy(env.pk, actor=request.user, preview=summary, **data)
+            fields = {k: v for k, v in data.items() if k != "window"}
+            actions.edit_policy(env.pk, actor=request.user, preview=summary, **fields)
         except actions.ActionRefused as exc:
             form.add_error(None, str(exc))
         else:

@@ -49,6 +49,7 @@ def test_admins_edit_the_policy_with_one_audit_row(as_admin, admin, db):
         "max_retirements_per_pass": 50,
         "workspace_root": "workspace",
         "notice_hours": 0.0,
+        "retirement_window": "any time",
     }
     assert event.after["retirement_mode"] == "manual"
     assert event.after["preview"]["proposed"]["counts"] == {}  # no kept sandbox here

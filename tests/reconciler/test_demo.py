@@ -28,7 +28,7 @@ def test_demo_fleet_covers_every_kind_and_hold_and_retires(local_root, monkeypat
     call_command("demo_fleet", quiet=True)  # idempotent
     provider = LocalProvider(root=local_root)
     sandboxes = list(provider.list({"app": "paperclip-demo"}))
-    assert len(sandboxes) == 25  # 24 scenarios and one replacement
+    assert len(sandboxes) == 26  # 25 scenarios and one replacement
     ids = {s.id for s in sandboxes}
     assert set(m.EnvironmentLease.objects.values_list("provider_lease_id", flat=True)) == ids
 
@@ -54,7 +54,7 @@ def test_demo_fleet_covers_every_kind_and_hold_and_retires(local_root, monkeypat
     assert m.RecoveryAction.objects.filter(kind="file_recovery").count() == 1
     # Loading the demo again recreates nothing, not even what was retired.
     alive = len(list(provider.list({"app": "paperclip-demo"})))
-    assert alive == 25 - m.Retirement.objects.filter(stage=m.Stage.RETIRED).count()
+    assert alive == 26 - m.Retirement.objects.filter(stage=m.Stage.RETIRED).count()
     call_command("demo_fleet", stdout=io.StringIO())
     assert len(list(provider.list({"app": "paperclip-demo"}))) == alive
 

@@ -2,7 +2,7 @@
 modes and the blast-radius cap."""
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, time, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from sandboxes.reconciler.listing import sync_retirements
 from sandboxes.reconciler.plan import Action, Plan
 from sandboxes.reconciler.steps import do_compare, retire_sandbox
 from sandboxes.reconciler.worker import ProviderMismatch, Worker
+from sandboxes.rules.window import DAYS
 from tests import factories as f
 
 from .conftest import SAVED, ago, claim, retire, retirement_of
@@ -140,7 +141,20 @@ def _hold_setups():
     return {fn.__name__: fn for fn in locals().values() if callable(fn)}
 
 
-HOLD_SETUPS = _hold_setups()
+def closed_window_env(**kwargs):
+    """An environment whose retirement window opens three days from today: closed
+    whatever the hour (docs/rules.md, the retirement window)."""
+    day = DAYS[(timezone.now().astimezone(UTC).weekday() + 3) % 7]
+    return f.EnvironmentFactory(
+        time_zone="UTC", window_days=day, window_start=time(9), window_end=time(10), **kwargs
+    )
+
+
+def outside_window(warm):
+    return abandoned(warm, env=closed_window_env())
+
+
+HOLD_SETUPS = {**_hold_setups(), "outside_window": outside_window}
 
 
 def test_every_hold_code_has_a_setup():

@@ -86,7 +86,8 @@ def what_the_pass_did(env, started) -> dict:
         elif r.stage == m.Stage.NOTICED:
             out["notice" if str(r.pk) in noticed else "noticed"].add(sid)
         elif r.stage == m.Stage.HELD:
-            out["held"].add(sid)
+            # Held by the retirement window alone: it waits for the opening.
+            out["window" if r.holds == [m.HoldCode.OUTSIDE_WINDOW] else "held"].add(sid)
         elif r.stage == m.Stage.AWAITING_APPROVAL:
             out["awaiting_approval"].add(sid)
         elif r.stage == m.Stage.FAILED:

@@ -7,7 +7,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from devtools.demo import demo_events, ensure_sandboxes, newer_lease_events, set_demo_prices
+from devtools.demo import (
+    demo_events,
+    ensure_sandboxes,
+    newer_lease_events,
+    set_demo_prices,
+    set_demo_window,
+)
 from sandboxes import audit
 from sandboxes.models import Retirement
 from sandboxes.providers.registry import get_provider
@@ -37,6 +43,7 @@ class Command(BaseCommand):
         out = io.StringIO() if quiet else self.stdout
         ids = ensure_sandboxes(get_provider("local"))
         self._load(demo_events(ids), out)
+        set_demo_window()  # the console's policy, before the first listing
         # List once, so the two holds that need an existing record can show:
         # a newer lease row arriving later, and an operator's hold.
         sync_retirements()
