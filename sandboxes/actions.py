@@ -27,7 +27,7 @@ from sandboxes.proof import approvals_of, fingerprint_of, proof_for
 from sandboxes.receipts import write_receipt
 from sandboxes.rules.holds import blocking_holds, explanation
 from sandboxes.rules.proof import has_approval, proof_key
-from sandboxes.rules.window import WindowError, stored_days, window_from
+from sandboxes.rules.window import WindowError, window_from
 
 MAX_BULK_APPROVE = 50
 # The longest an operator may hold a sandbox; admins may hold with no end.
@@ -395,12 +395,6 @@ def edit_policy(
     reason = _reason(reason)
     if retirement_mode not in RetirementMode.values:
         raise ActionRefused(f"Unknown retirement mode {retirement_mode!r}.")
-    window = None
-    if time_zone is not None:
-        try:
-            window = window_from(time_zone, window_days or (), window_start, window_end)
-        except WindowError as exc:
-            raise ActionRefused(str(exc)) from None
     env = Environment.objects.select_for_update().get(pk=environment_id)
     before = env.policy()
     env.retirement_mode = retirement_mode
@@ -409,11 +403,11 @@ def edit_policy(
     env.workspace_root = workspace_root
     if notice_hours is not None:
         env.notice_period = timedelta(hours=notice_hours)
-    if time_zone is not None:
-        env.time_zone = window.time_zone if window else ""
-        env.window_days = stored_days(window.days) if window else ""
-        env.window_start = window.start if window else None
-        env.window_end = window.end if window else None
+    try:
+        if time_zone is not None:
+            env.set_window(window_from(time_zone, window_days or (), window_start, window_end))
+    except WindowError as exc:
+        raise ActionRefused(str(exc)) from None
     after = env.policy()
     if after == before:
         raise ActionRefused("Nothing changed.")

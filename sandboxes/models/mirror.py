@@ -16,7 +16,7 @@ from django.db.models import Q
 from sandboxes.providers.base import Provider
 from sandboxes.providers.registry import get_provider
 from sandboxes.rules.owner import OwnedAs, Owner, task_owner
-from sandboxes.rules.window import DAYS, Window, stored_window
+from sandboxes.rules.window import DAYS, Window, stored_days, stored_window
 
 from .choices import (
     KEEPABLE_STATUSES,
@@ -220,6 +220,13 @@ class Environment(MirroredModel):
     def window(self) -> Window | None:
         """The retirement window (None: any time)."""
         return stored_window(self.time_zone, self.window_days, self.window_start, self.window_end)
+
+    def set_window(self, window: Window | None) -> None:
+        """Set the retirement window (None: any time); the caller saves."""
+        self.time_zone = window.time_zone if window else ""
+        self.window_days = stored_days(window.days) if window else ""
+        self.window_start = window.start if window else None
+        self.window_end = window.end if window else None
 
     def provider_client(self, provider: str = "") -> Provider:
         """The shared client for `provider` (blank: this environment's) with this

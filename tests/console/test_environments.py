@@ -1,5 +1,6 @@
-from datetime import timedelta
+from datetime import time, timedelta
 
+import pytest
 from django.urls import reverse
 
 from sandboxes.models import AuditEvent
@@ -128,3 +129,102 @@ def test_admins_set_the_price_table_with_an_audit_row(as_admin, as_operator, adm
     assert "Price table (EUR)" in body
     bad = {**form, f"price-{env.pk}-price_vcpu_hour_running": "-1"}
     assert as_admin.post(url, bad).status_code == 400
+
+
+# --- the retirement window (docs/rules.md, the retirement window) -----------------------
+
+OFFICE = {
+    "time_zone": "Europe/Berlin",
+    "window_days": ["mon", "tue", "wed", "thu", "fri"],
+    "window_start": "09:00",
+    "window_end": "17:00",
+}
+
+
+def _unchanged(env, **overrides):
+    """The environment's own policy, changed only by `overrides`."""
+    return _form(
+        env,
+        retirement_mode=env.retirement_mode,
+        warm_retention_hours="24",
+        max_retirements_per_pass="50",
+        workspace_root="workspace",
+        **overrides,
+    )
+
+
+def test_admins_set_the_retirement_window_after_its_preview_and_it_is_audited(as_admin, admin, db):
+    env = EnvironmentFactory(retirement_mode="auto")
+    url = reverse("environment-policy", kwargs={"pk": env.pk})
+    shown = as_admin.post(url, _unchanged(env, **OFFICE))
+    body = shown.content.decode()
+    assert shown.status_code == 200 and "data-policy-preview" in body
+    assert 'data-field="window"' in body and "Mon–Fri 09:00–17:00 Europe/Berlin" in body
+    env.refresh_from_db()
+    assert env.window is None  # nothing saved before the confirmation
+    token = body.split('name="confirm" value="')[1].split('"')[0]
+    assert as_admin.post(url, {**_unchanged(env, **OFFICE), "confirm": token}).status_code == 302
+    env.refresh_from_db()
+    assert env.time_zone == "Europe/Berlin" and env.window_days == "mon,tue,wed,thu,fri"
+    assert (env.window_start, env.window_end) == (time(9), time(17))
+    (event,) = AuditEvent.objects.all()
+    assert event.actor == admin and event.action == "environment.edit_policy"
+    assert event.before["retirement_window"] == "any time"
+    assert event.after["retirement_window"] == "Mon–Fri 09:00–17:00 Europe/Berlin"
+    page = as_admin.get(reverse("environments")).content.decode()
+    assert "Mon–Fri 09:00–17:00 Europe/Berlin" in page
+
+    # Clearing all four is any time again.
+    cleared = {"time_zone": "", "window_days": [], "window_start": "", "window_end": ""}
+    shown = as_admin.post(url, _unchanged(env, **cleared))
+    token = shown.content.decode().split('name="confirm" value="')[1].split('"')[0]
+    assert as_admin.post(url, {**_unchanged(env, **cleared), "confirm": token}).status_code == 302
+    env.refresh_from_db()
+    assert env.window is None and env.time_zone == "" and env.window_start is None
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"time_zone": "Europe/Berln"}, "time_zone: unknown time zone &#x27;Europe/Berln&#x27;"),
+        ({"time_zone": ""}, "time_zone: a retirement window needs a time zone"),
+        ({"window_days": []}, "window_days: a retirement window needs"),
+        ({"window_days": ["mon", "funday"]}, "window_days: funday is not a day"),
+        ({"window_start": "9 o'clock"}, "window_start: give a time, like 09:00."),
+        ({"window_end": ""}, "window_end: a retirement window needs"),
+    ],
+)
+def test_a_bad_retirement_window_is_refused_naming_the_field_and_nothing_changes(
+    as_admin, db, bad, message
+):
+    env = EnvironmentFactory(retirement_mode="auto")
+    url = reverse("environment-policy", kwargs={"pk": env.pk})
+    response = as_admin.post(url, _unchanged(env, **(OFFICE | bad)))
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    env.refresh_from_db()
+    assert env.window is None and env.time_zone == ""
+    assert AuditEvent.objects.count() == 0
+
+
+def test_the_action_refuses_a_bad_window_itself(admin, db):
+    """Server-side, whatever the caller: the action judges the window again."""
+    from sandboxes import actions
+
+    env = EnvironmentFactory()
+    with pytest.raises(actions.ActionRefused, match="^time_zone: unknown time zone 'Mars/Olympus'"):
+        actions.edit_policy(
+            env.pk,
+            actor=admin,
+            reason="r",
+            retirement_mode="auto",
+            warm_retention_hours=24,
+            max_retirements_per_pass=50,
+            workspace_root="workspace",
+            time_zone="Mars/Olympus",
+            window_days=["mon"],
+            window_start=time(9),
+            window_end=time(17),
+        )
+    env.refresh_from_db()
+    assert env.window is None and AuditEvent.objects.count() == 0

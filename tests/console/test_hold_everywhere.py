@@ -102,3 +102,44 @@ def test_a_notification_says_the_same_words(held):
     ]
     _, body = message_text(event.payload)
     assert f"Hold: {hold_phrase(HoldCode.OPERATOR_HOLD, held)}" in body
+
+
+def test_the_window_hold_says_when_it_opens_on_the_list_the_page_and_the_api(
+    as_reviewer, client, operator_token, django_assert_max_num_queries, db
+):
+    """docs/rules.md, the retirement window: "outside the retirement window (opens
+    Mon 09:00)", in the window's own time zone, with its countdown."""
+    from datetime import UTC, time
+
+    from sandboxes.rules.window import DAYS
+
+    day = (timezone.now().astimezone(UTC).weekday() + 3) % 7  # closed whatever the hour
+    env = EnvironmentFactory(
+        time_zone="Asia/Tokyo",
+        window_days=DAYS[day],
+        window_start=time(9),
+        window_end=time(17),
+    )
+    r = RetirementFactory(
+        stage=Stage.HELD,
+        holds=[HoldCode.OUTSIDE_WINDOW],
+        environment=env,
+        lease__environment=env,
+        next_attempt_at=env.window.next_opening(timezone.now()),
+    )
+    words = f"outside the retirement window (opens {DAYS[day].capitalize()} 09:00)"
+    assert hold_phrase(HoldCode.OUTSIDE_WINDOW, r) == words
+    listing = as_reviewer.get(reverse("sandbox-list")).content.decode()
+    with django_assert_max_num_queries(15):  # the page's budget (test_sandbox_detail.py)
+        page = as_reviewer.get(reverse("sandbox-detail", args=[r.pk])).content.decode()
+    assert escape(words) in listing and escape(words) in page
+    assert "retirement window opens in " in listing
+    _, raw = operator_token
+    data = client.get(
+        f"/api/v1/kept-sandboxes/{r.provider_lease_id}", HTTP_AUTHORIZATION=f"Bearer {raw}"
+    ).json()
+    assert data["hold_explanations"] == [{"code": "outside_window", "explanation": words}]
+    held = client.get(
+        "/api/v1/kept-sandboxes?hold=outside_window", HTTP_AUTHORIZATION=f"Bearer {raw}"
+    ).json()
+    assert [x["sandbox_id"] for x in held["results"]] == [r.provider_lease_id]
