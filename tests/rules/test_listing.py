@@ -250,3 +250,54 @@ def test_the_answer_changes_with_the_clock_at_the_first_retention_end_or_claim_e
     claimed = record(candidate(), claimed_until=soon)
     assert changes_at(NOW, [warm], [], [claimed]) == soon
     assert changes_at(NOW, [candidate()], [], [record(candidate())]) is None
+
+
+# --- the retirement window (docs/rules.md, the retirement window) ----------------------
+
+
+def _tuesdays():
+    from datetime import time
+
+    from sandboxes.rules.window import window_from
+
+    # NOW is Monday 12:00 UTC: closed, opening Tuesday 09:00 Berlin (08:00 UTC).
+    return window_from("Europe/Berlin", "tue", time(9), time(17))
+
+
+def test_a_candidate_outside_the_window_is_created_held_until_the_opening():
+    window = _tuesdays()
+    d = only(decide(candidates=[candidate(window=window)]))
+    opens = window.next_opening(NOW)
+    assert opens == NOW.replace(hour=8) + timedelta(days=1)
+    assert (d.does, d.stage, d.holds, d.due_at, d.window_opens) == (
+        Does.CREATE,
+        Stage.HELD,
+        (HoldCode.OUTSIDE_WINDOW,),
+        opens,
+        opens,
+    )
+    assert not d.due(NOW)
+
+
+def test_a_record_moved_to_held_by_the_window_gets_the_opening_as_its_next_attempt():
+    window = _tuesdays()
+    cand = candidate(window=window)
+    noticed = record(cand, stage=Stage.NOTICED)
+    d = only(decide([noticed], [cand]))
+    assert (d.sync, d.stage, d.due_at) == (Sync.HOLD, Stage.HELD, window.next_opening(NOW))
+    # Already held by something else, then by the window alone: the opening too.
+    held = record(cand, stage=Stage.HELD, next_attempt_at=None)
+    assert only(decide([held], [cand])).due_at == window.next_opening(NOW)
+
+
+def test_the_window_with_another_hold_waits_for_that_hold_not_the_clock():
+    cand = candidate(window=_tuesdays(), run_status="running")
+    d = only(decide([record(cand)], [cand]))
+    assert d.stage == Stage.HELD and d.due_at is None and d.window_opens is None
+
+
+def test_a_proposed_window_replaces_the_environments_own():
+    cand = candidate(window=_tuesdays())
+    assert only(decide(candidates=[cand], window=None)).stage == Stage.LISTED
+    assert only(decide(candidates=[candidate()], window=_tuesdays())).stage == Stage.HELD
+    assert changes_at(NOW, [cand], [], []) == _tuesdays().next_opening(NOW)
