@@ -33,6 +33,7 @@ from sandboxes.models import (
     DeliveryStatus,
     NotificationChannel,
     NotificationDelivery,
+    NotificationType,
 )
 
 from . import addresses, secrets
@@ -245,6 +246,16 @@ def _claim(delivery_id, now) -> bool:
     )
 
 
+def _waits_for_window(d: NotificationDelivery, now) -> datetime | None:
+    """An owner's notice is sent only inside its environment's retirement window
+    (docs/rules.md, the retirement window): one due outside it (a retry) waits
+    for the opening, which it returns; None when it may go now."""
+    env = d.event.environment
+    if d.event.type != NotificationType.NOTICE or env is None or env.window is None:
+        return None
+    return None if env.window.is_open(now) else env.window.next_opening(now)
+
+
 def deliver(delivery_id, *, force: bool = False, now=None) -> str:
     """Send one delivery if it is due (django-q2 task). Returns its new status.
     `force` sends a pending delivery before its retry time (send test)."""
@@ -256,8 +267,15 @@ def deliver(delivery_id, *, force: bool = False, now=None) -> str:
     if not _claim(delivery_id, now):
         row = NotificationDelivery.objects.filter(pk=delivery_id).values("status").first()
         return row["status"] if row else "missing"
-    d = NotificationDelivery.objects.select_related("event", "channel").get(pk=delivery_id)
+    d = NotificationDelivery.objects.select_related("event__environment", "channel").get(
+        pk=delivery_id
+    )
     fence = Q(pk=d.pk, status=DeliveryStatus.SENDING, sending_until=d.sending_until)
+    if (opens := _waits_for_window(d, now)) is not None:
+        NotificationDelivery.objects.filter(fence).update(
+            status=DeliveryStatus.PENDING, next_attempt_at=opens, sending_until=None, updated_at=now
+        )
+        return DeliveryStatus.PENDING
     try:
         if not d.channel.enabled:
             raise SendError("the channel is disabled")

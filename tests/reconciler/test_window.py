@@ -241,9 +241,7 @@ def test_the_policy_page_says_when_the_window_opens(warm, clock, client):
     assert not m.AuditEvent.objects.exists()
 
 
-def test_manual_mode_waits_for_the_window_and_asks_for_approval_once(
-    warm, reconcile, local, clock
-):
+def test_manual_mode_waits_for_the_window_and_asks_for_approval_once(warm, reconcile, local, clock):
     lease = warm(env=office(retirement_mode="manual"))
     f.rebind_to_new_workspace(lease)
     saturday, monday = coming_weekend()
