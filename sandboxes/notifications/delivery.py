@@ -246,14 +246,21 @@ def _claim(delivery_id, now) -> bool:
     )
 
 
-def _waits_for_window(d: NotificationDelivery, now) -> datetime | None:
+def _waits_for_window(d: NotificationDelivery, fence: Q, now) -> bool:
     """An owner's notice is sent only inside its environment's retirement window
-    (docs/rules.md, the retirement window): one due outside it (a retry) waits
-    for the opening, which it returns; None when it may go now."""
-    env = d.event.environment
-    if d.event.type != NotificationType.NOTICE or env is None or env.window is None:
-        return None
-    return None if env.window.is_open(now) else env.window.next_opening(now)
+    (docs/rules.md, the retirement window): one due outside it (a retry) is put
+    back, uncounted, until the opening. False when it may go now."""
+    env = d.event.environment if d.event.type == NotificationType.NOTICE else None
+    window = env.window if env is not None else None
+    if window is None or window.is_open(now):
+        return False
+    NotificationDelivery.objects.filter(fence).update(
+        status=DeliveryStatus.PENDING,
+        next_attempt_at=window.next_opening(now),
+        sending_until=None,
+        updated_at=now,
+    )
+    return True
 
 
 def deliver(delivery_id, *, force: bool = False, now=None) -> str:
@@ -267,14 +274,9 @@ def deliver(delivery_id, *, force: bool = False, now=None) -> str:
     if not _claim(delivery_id, now):
         row = NotificationDelivery.objects.filter(pk=delivery_id).values("status").first()
         return row["status"] if row else "missing"
-    d = NotificationDelivery.objects.select_related("event__environment", "channel").get(
-        pk=delivery_id
-    )
+    d = NotificationDelivery.objects.select_related("event", "channel").get(pk=delivery_id)
     fence = Q(pk=d.pk, status=DeliveryStatus.SENDING, sending_until=d.sending_until)
-    if (opens := _waits_for_window(d, now)) is not None:
-        NotificationDelivery.objects.filter(fence).update(
-            status=DeliveryStatus.PENDING, next_attempt_at=opens, sending_until=None, updated_at=now
-        )
+    if _waits_for_window(d, fence, now):
         return DeliveryStatus.PENDING
     try:
         if not d.channel.enabled:

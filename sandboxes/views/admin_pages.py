@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from django.views.decorators.http import require_GET, require_POST
 
-from sandboxes import actions
+from sandboxes import actions, policy
 from sandboxes.forms import PolicyForm, PriceForm, TokenForm
 from sandboxes.models import ApiToken, Environment
 from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
@@ -252,7 +252,7 @@ def edit_policy(request, pk):
                 return render(request, "sandboxes/environments.html", context)
         try:
             fields = {k: v for k, v in data.items() if k != "window"}
-            actions.edit_policy(env.pk, actor=request.user, preview=summary, **fields)
+            policy.edit_policy(env.pk, actor=request.user, preview=summary, **fields)
         except actions.ActionRefused as exc:
             form.add_error(None, str(exc))
         else:
@@ -270,7 +270,7 @@ def edit_prices(request, pk):
     form = PriceForm(request.POST, prefix=f"price-{env.pk}")
     if form.is_valid():
         try:
-            actions.edit_prices(env.pk, actor=request.user, **form.cleaned_data)
+            policy.edit_prices(env.pk, actor=request.user, **form.cleaned_data)
         except actions.ActionRefused as exc:
             form.add_error(None, str(exc))
         else:

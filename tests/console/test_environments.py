@@ -209,11 +209,11 @@ def test_a_bad_retirement_window_is_refused_naming_the_field_and_nothing_changes
 
 def test_the_action_refuses_a_bad_window_itself(admin, db):
     """Server-side, whatever the caller: the action judges the window again."""
-    from sandboxes import actions
+    from sandboxes import actions, policy
 
     env = EnvironmentFactory()
     with pytest.raises(actions.ActionRefused, match="^time_zone: unknown time zone 'Mars/Olympus'"):
-        actions.edit_policy(
+        policy.edit_policy(
             env.pk,
             actor=admin,
             reason="r",

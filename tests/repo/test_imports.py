@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.notifications.channels",
             "sandboxes.notifications.owner_mail",
             "sandboxes.people",
+            "sandboxes.policy",
             "sandboxes.run_now",
         ),
     ),
