@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sandboxes", "0025_keep_link_use"),
+        ("sandboxes", "0026_owner_mail"),
     ]
 
     operations = [
