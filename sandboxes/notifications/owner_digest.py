@@ -280,8 +280,14 @@ def entries_of(digest: OwnerDigest, now: datetime) -> list[words.Entry]:
 
 def held_until(digest: OwnerDigest, now: datetime) -> datetime | None:
     """When the digest may go, if not now: the one place the send decides
-    whether an owner may be mailed at this moment. None: now."""
-    return None
+    whether an owner may be mailed at this moment. None: now. Owners are
+    mailed only inside their environment's retirement window (docs/rules.md,
+    the retirement window), as channel notices are; outside it the digest
+    waits for the opening."""
+    window = digest.environment.window
+    if window is None or window.is_open(now):
+        return None
+    return window.next_opening(now)
 
 
 def _claim(digest_id, now) -> bool:

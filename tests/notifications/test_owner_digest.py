@@ -3,7 +3,7 @@ loopback (aiosmtpd) receives what Apprise's mailto:// sends, one digest per
 owner per hour, with the countdowns as of the moment it is sent."""
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 from django.db import transaction
@@ -13,6 +13,7 @@ from sandboxes import keep_links
 from sandboxes import models as m
 from sandboxes.notifications import events, owner_digest, owner_mail
 from sandboxes.roles import ADMINS
+from sandboxes.rules.window import window_from
 from sandboxes.rules.words import absolute
 from tests import factories as f
 
@@ -346,3 +347,23 @@ def test_notices_given_while_the_server_is_down_join_the_digest_waiting_for_it(e
     (mail,) = smtp.mails
     assert "PAP-20 " in mail.body and "PAP-21 " in mail.body
     assert m.OwnerDigest.objects.count() == 1
+
+
+def test_outside_the_retirement_window_the_digest_waits_for_the_opening(env, admin, smtp):
+    # Mon–Fri 09:00–17:00 Berlin; a Saturday noon (UTC) is outside it.
+    env.set_window(window_from("Europe/Berlin", "mon,tue,wed,thu,fri", time(9), time(17)))
+    env.save()
+    mail_on(env, admin, smtp.url())
+    give_notice(record_of(env, owner(), key="PAP-7"), left=timedelta(days=3))
+    saturday = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    monday_nine = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)  # 09:00 CET
+
+    assert owner_digest.send_due(saturday) == {"pending": 1}
+    digest = m.OwnerDigest.objects.get()
+    assert digest.next_attempt_at == monday_nine and digest.attempts == 0
+    assert owner_digest.send_due(monday_nine - timedelta(minutes=1)) == {}
+    assert smtp.mails == []
+
+    assert owner_digest.send_due(monday_nine) == {"delivered": 1}
+    (mail,) = smtp.mails
+    assert mail.rcpt_tos == ["ann@example.com"] and "PAP-7 " in mail.body
