@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sandboxes import audit
-from sandboxes.models import ApiToken, Retirement
+from sandboxes.models import ApiToken, Retirement, companies_of
 from sandboxes.models.choices import (
     HoldCode,
     ReceiptKind,
@@ -133,9 +133,15 @@ def snapshot(r: Retirement) -> dict:
     }
 
 
-def _locked(retirement_id) -> Retirement:
+def _locked(retirement_id, actor) -> Retirement:
+    """The record, locked, if `actor` may see it: another company's record is
+    "No such kept sandbox", exactly as one that does not exist (README, company scope)."""
     try:
-        return Retirement.objects.select_for_update(of=("self",)).get(pk=retirement_id)
+        return (
+            Retirement.objects.visible_to(actor)
+            .select_for_update(of=("self",))
+            .get(pk=retirement_id)
+        )
     except (Retirement.DoesNotExist, ValidationError):
         # ValidationError: not a uuid at all (bulk approve takes ids from the form as typed).
         raise ActionRefused("No such kept sandbox.") from None
@@ -155,7 +161,7 @@ def approve(retirement_id, *, actor, reason: str) -> Retirement:
     """Approve a manual retirement; refused unless it awaits approval and the proof exists."""
     _require(actor, "approve_retirement")
     reason = _reason(reason)
-    r = _locked(retirement_id)
+    r = _locked(retirement_id, actor)
     if r.stage != Stage.AWAITING_APPROVAL:
         raise ActionRefused(
             f"Only a retirement awaiting approval can be approved; this one is {r.stage}."
@@ -216,7 +222,7 @@ def retry(retirement_id, *, actor, reason: str) -> Retirement:
     """Make the retirement due now; the reconciler decides what the next step is."""
     _require(actor, "retry_retirement")
     reason = _reason(reason)
-    r = _locked(retirement_id)
+    r = _locked(retirement_id, actor)
     _require_open(r)
     _require_not_held(r)
     before = snapshot(r)
@@ -262,7 +268,7 @@ def hold(
     reason = _reason(reason)
     now = timezone.now()
     hold_end(actor, until, now)
-    r = _locked(retirement_id)
+    r = _locked(retirement_id, actor)
     _require_open(r)
     if r.operator_hold_reason:
         raise ActionRefused("An operator already holds this sandbox; release that hold first.")
@@ -295,7 +301,7 @@ def hold(
 def release_hold(retirement_id, *, actor, reason: str) -> Retirement:
     _require(actor, "hold_retirement")
     reason = _reason(reason)
-    r = _locked(retirement_id)
+    r = _locked(retirement_id, actor)
     _require_open(r)
     if not r.operator_hold_reason and HoldCode.OPERATOR_HOLD not in (r.holds or []):
         raise ActionRefused("No operator hold to release on this sandbox.")
@@ -320,7 +326,7 @@ def attest(retirement_id, *, actor, typed_sandbox_id: str, reason: str) -> Retir
     """An admin discards the sandbox's unsaved work: the `operator_attested` proof."""
     _require(actor, "attest_retirement")
     reason = _reason(reason)
-    r = _locked(retirement_id)
+    r = _locked(retirement_id, actor)
     _require_open(r)
     typed = (typed_sandbox_id or "").strip()
     if typed != r.provider_lease_id:
@@ -367,6 +373,11 @@ def create_token(*, actor, name: str, scope: str, reason: str = "") -> tuple[Api
         raise ActionRefused(f"name: at most {ApiToken.NAME_MAX} characters ({len(name)} given).")
     if scope not in TokenScope.values:
         raise ActionRefused(f"Unknown scope {scope!r}.")
+    if scope == TokenScope.INGEST and companies_of(actor) is not None:
+        # Ingest writes any company's rows; a token answers for its creator's companies.
+        raise ActionRefused(
+            "scope: an account limited to some companies cannot create an ingest token."
+        )
     token, raw = ApiToken.issue(name, scope, created_by=actor)
     audit.record(
         actor=actor,
@@ -383,7 +394,10 @@ def create_token(*, actor, name: str, scope: str, reason: str = "") -> tuple[Api
 def revoke_token(token_id, *, actor, reason: str = "") -> ApiToken:
     _require(actor, "manage_tokens")
     reason = _note(reason)
-    token = ApiToken.objects.select_for_update().get(pk=token_id)
+    try:
+        token = ApiToken.objects.manageable_by(actor).select_for_update().get(pk=token_id)
+    except ApiToken.DoesNotExist:
+        raise ActionRefused("No such token.") from None
     if token.revoked_at is not None:
         raise ActionRefused("This token is already revoked.")
     before = {"name": token.name, "scope": token.scope, "revoked_at": None}

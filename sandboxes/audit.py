@@ -1,6 +1,10 @@
 """Writes the append-only audit trail: actor, action, object, reason, before, after."""
 
-from sandboxes.models import AuditEvent
+from django.db.models import Subquery
+
+from sandboxes.models import AuditEvent, EnvironmentLease, Receipt, Retirement
+from sandboxes.models.mirror import MirroredModel
+from sandboxes.models.notifications import NotificationChannel
 
 # Every action the console writes, grouped as the audit filter offers them.
 # A new action is added here, or the filter cannot find it.
@@ -87,4 +91,28 @@ def record(
         reason=reason,
         before=before or {},
         after=after or {},
+        company_id=company_of(obj),
     )
+
+
+def company_of(obj):
+    """The company of the object acted on, for `AuditEvent.visible_to` (README,
+    company scope): a value, or a subquery the INSERT reads (no extra round
+    trip for a record whose lease is not loaded). None for console-wide objects."""
+    if isinstance(obj, Retirement):
+        lease = obj._state.fields_cache.get("lease")
+        if lease is not None:
+            return lease.company_id
+        return _column(EnvironmentLease, obj.lease_id, "company_id")
+    if isinstance(obj, Receipt):
+        return obj.company_id or _column(Receipt, obj.pk, "lease__company_id")
+    if isinstance(obj, NotificationChannel):
+        return _column(type(obj.environment), obj.environment_id, "company_id")
+    if isinstance(obj, MirroredModel):
+        # Ingest and the reconciler pass unsaved stand-ins naming a row by its key.
+        return obj.company_id or _column(type(obj), obj.pk, "company_id")
+    return None
+
+
+def _column(model, pk, column: str):
+    return Subquery(model.objects.filter(pk=pk).values(column)[:1])

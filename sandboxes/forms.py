@@ -44,6 +44,7 @@ class KeptFilterForm(forms.Form):
     kind = forms.ChoiceField(required=False, choices=_blank("any kind", RetirementKind.values))
     hold = forms.ChoiceField(required=False, choices=_blank("any hold", HoldCode.values))
     environment = forms.ChoiceField(required=False, choices=[("", "any environment")])
+    company = forms.ChoiceField(required=False, choices=[("", "any company")])
     provider_state = forms.ChoiceField(
         required=False,
         label="Provider state",
@@ -56,10 +57,14 @@ class KeptFilterForm(forms.Form):
     )
     sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
 
-    def __init__(self, *args, environments=(), **kwargs):
+    def __init__(self, *args, environments=(), companies=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["environment"].choices = [("", "any environment")] + [
             (str(e.pk), e.name) for e in environments
+        ]
+        # Only the companies the user sees: any other id is "not one of the choices".
+        self.fields["company"].choices = [("", "any company")] + [
+            (str(c.pk), str(c)) for c in companies
         ]
 
 
@@ -262,6 +267,11 @@ class AuditFilterForm(forms.Form):
             ]
 
     sandbox = forms.CharField(required=False, label="Sandbox id")
+    company = forms.UUIDField(
+        required=False,
+        label="Company id",
+        error_messages={"invalid": "give a company id (a uuid)."},
+    )
     since = forms.DateTimeField(
         required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )

@@ -32,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sandboxes.api.auth import bearer_token
-from sandboxes.models import ApiToken, ReconcilerPass, Retirement
+from sandboxes.models import ApiToken, ReconcilerPass, Retirement, companies_of
 from sandboxes.models.choices import HoldCode, Stage, TokenScope
 from sandboxes.providers import base as provider_base
 
@@ -100,18 +100,25 @@ CLOSED_FAMILIES = {
 
 
 class FleetCollector(Collector):
-    """Reads the fleet in three queries, whatever its size."""
+    """Reads the fleet in three queries, whatever its size: every record, or a
+    company-limited token's records only, without the latest pass's
+    fleet-wide counts (README, company scope)."""
+
+    def __init__(self, actor=None):
+        self.records = Retirement.objects.visible_to(actor)
+        self.limited = companies_of(actor) is not None
 
     def collect(self):
-        yield from _record_families()
-        yield _holds_family()
-        yield from _latest_pass_families()
+        yield from _record_families(self.records)
+        yield _holds_family(self.records)
+        if not self.limited:
+            yield from _latest_pass_families()
 
 
-def _record_families():
+def _record_families(records):
     """Query 1: every record, grouped (a few dozen rows at most) - the open ones
     by stage and kind, and the closed ones by kind in their own counters."""
-    rows = Retirement.objects.values("stage", "kind", "needs_attention").annotate(n=Count("id"))
+    rows = records.values("stage", "kind", "needs_attention").annotate(n=Count("id"))
     by_open: Counter = Counter()
     by_closed: dict[str, Counter] = {stage: Counter() for stage in CLOSED_FAMILIES}
     needs_attention = 0
@@ -143,7 +150,7 @@ def _record_families():
         yield closed
 
 
-def _holds_family() -> GaugeMetricFamily:
+def _holds_family(records) -> GaugeMetricFamily:
     """Query 2: hold codes of open records, counted in Python (portable; one
     short list per record)."""
     holds = GaugeMetricFamily(
@@ -152,7 +159,7 @@ def _holds_family() -> GaugeMetricFamily:
         labels=["code"],
     )
     counts: Counter = Counter({code.value: 0 for code in HoldCode})
-    for codes in Retirement.objects.open().values_list("holds", flat=True):
+    for codes in records.open().values_list("holds", flat=True):
         for code in set(codes or ()):
             counts[code] += 1
     for code, n in sorted(counts.items()):
@@ -191,24 +198,26 @@ def _latest_pass_families():
     return [duration, finished, pass_counts]
 
 
-def render() -> bytes:
+def render(actor=None) -> bytes:
+    """The exposition for `actor` (None: METRICS_TOKEN, the whole fleet)."""
     fleet = CollectorRegistry(auto_describe=False)
-    fleet.register(FleetCollector())
+    fleet.register(FleetCollector(actor))
     return generate_latest(fleet) + generate_latest(_process_registry())
 
 
 # --- the view -----------------------------------------------------------------
 
 
-def _authorized(raw: str) -> bool | None:
-    """True: allowed; False: a valid token of the wrong scope; None: unknown."""
+def _authorized(raw: str) -> tuple[bool | None, ApiToken | None]:
+    """(True, token): allowed, as the token (None: METRICS_TOKEN); (False, _): a
+    valid token of the wrong scope; (None, None): unknown."""
     expected = settings.METRICS_TOKEN
     if expected and hmac.compare_digest(raw.encode(), expected.encode()):
-        return True
+        return True, None
     token = ApiToken.authenticate(raw)
     if token is None:
-        return None
-    return token.scope == TokenScope.OPERATOR
+        return None, None
+    return token.scope == TokenScope.OPERATOR, token
 
 
 @never_cache
@@ -217,11 +226,11 @@ def metrics_view(request):
     """Prometheus exposition; `Authorization: Bearer` with METRICS_TOKEN or an
     operator-scope API token (401 without one, 403 for an ingest token)."""
     raw = bearer_token(request)
-    allowed = _authorized(raw) if raw else None
+    allowed, token = _authorized(raw) if raw else (None, None)
     if allowed is None:
         response = JsonResponse({"error": "missing or invalid bearer token"}, status=401)
         response["WWW-Authenticate"] = 'Bearer realm="paperclip-console-metrics"'
         return response
     if not allowed:
         return JsonResponse({"error": "metrics need an operator-scope token"}, status=403)
-    return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(render(token), content_type=CONTENT_TYPE_LATEST)

@@ -3,6 +3,7 @@ operator-scope tokens read and act, reviewer-scope tokens read. Actions go
 through `sandboxes.actions`, the same code path and audit rows as the
 console's buttons; a salvage download is the console's own (sandboxes/views/salvage.py)."""
 
+import uuid
 from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
@@ -31,12 +32,21 @@ def _iso(value):
     return value.isoformat() if value else None
 
 
+def _company(r: Retirement) -> dict | None:
+    company_id = r.lease.company_id
+    if company_id is None:
+        return None
+    return {"id": str(company_id), "name": getattr(r, "company_name", None) or ""}
+
+
 def summary(r: Retirement) -> dict:
     return {
         "sandbox_id": r.provider_lease_id,
         "provider": r.provider,
         "provider_state": r.provider_state or None,
         "lease_id": str(r.lease_id),
+        # The lease's company (README, company scope), from `with_company`.
+        "company": _company(r),
         "kind": r.kind,
         "stage": r.stage,
         # The hold codes, as DOMAIN §4.2 gives them; beside them each hold's
@@ -91,6 +101,17 @@ def _upload(u) -> dict:
     }
 
 
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+NOT_KEPT = "the console keeps no record of this sandbox"
+
+
 def _bad(message: str, status: int = 400) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
@@ -111,8 +132,17 @@ def kept_sandboxes(request):
         return _bad(f"unknown hold {code!r}")
     if "\x00" in params.get("environment", ""):
         return _bad("environment cannot contain NUL characters")
-    filters = {name: params.get(name, "") for name in ("stage", "kind", "hold", "environment")}
-    qs = Retirement.objects.select_related(*EXPLAIN_RELATED).matching(filters)
+    if (company := params.get("company")) and not _is_uuid(company):
+        return _bad(f"company must be a company id (a uuid), not {company!r}")
+    filters = {
+        name: params.get(name, "") for name in ("stage", "kind", "hold", "environment", "company")
+    }
+    qs = (
+        Retirement.objects.visible_to(request.api_token)
+        .select_related(*EXPLAIN_RELATED)
+        .with_company()
+        .matching(filters)
+    )
     try:
         limit = min(max(int(params.get("limit", DEFAULT_LIMIT)), 1), MAX_LIMIT)
     except ValueError:
@@ -133,9 +163,9 @@ def kept_sandboxes(request):
 @require_GET
 @token_required(*READERS)
 def kept_sandbox(request, sandbox_id):
-    r = Retirement.current_for_sandbox(sandbox_id, *EXPLAIN_RELATED)
+    r = Retirement.current_for_sandbox(sandbox_id, *EXPLAIN_RELATED, actor=request.api_token)
     if r is None:
-        return _bad("the console keeps no record of this sandbox", 404)
+        return _bad(NOT_KEPT, 404)
     return JsonResponse(detail(r))
 
 
@@ -146,10 +176,14 @@ def salvage_zip(request, sandbox_id):
     if not actions.can(request.api_token, "download_salvage"):
         return _bad("download salvage is not allowed for this token", 403)
     r = Retirement.current_for_sandbox(
-        sandbox_id, "environment", "lease__issue", "lease__heartbeat_run"
+        sandbox_id,
+        "environment",
+        "lease__issue",
+        "lease__heartbeat_run",
+        actor=request.api_token,
     )
     if r is None:
-        return _bad("the console keeps no record of this sandbox", 404)
+        return _bad(NOT_KEPT, 404)
     response, refusal = answer(r, actor=request.api_token, via="api")
     if response is not None:
         return response
@@ -198,9 +232,9 @@ def _act(request, sandbox_id, action):
         if error:
             return _bad(error)
         extra["until"] = until
-    r = Retirement.current_for_sandbox(sandbox_id)
+    r = Retirement.current_for_sandbox(sandbox_id, actor=request.api_token)
     if r is None:
-        return _bad("the console keeps no record of this sandbox", 404)
+        return _bad(NOT_KEPT, 404)
     try:
         call(r.pk, actor=request.api_token, reason=reason, **extra)
     except PermissionDenied as exc:
@@ -209,7 +243,7 @@ def _act(request, sandbox_id, action):
         return _bad(str(exc))
     except actions.ActionRefused as exc:
         return _bad(str(exc), 409)
-    r = Retirement.objects.select_related(*EXPLAIN_RELATED).get(pk=r.pk)
+    r = Retirement.objects.select_related(*EXPLAIN_RELATED).with_company().get(pk=r.pk)
     return JsonResponse(detail(r))
 
 

@@ -31,6 +31,7 @@ from .notifications import (
 from .owner_mail import DigestStatus, OwnerDigest, OwnerDigestItem, OwnerMail
 from .passes import ReconcilerPass
 from .people import Agent, Company, PaperclipUser
+from .scope import CompanyScope, companies_of
 from .tokens import ApiToken, IngestedEvent, hash_token
 from .uploads import PaperclipUpload
 
@@ -43,6 +44,7 @@ __all__ = [
     "AuditEvent",
     "ChannelKind",
     "Company",
+    "CompanyScope",
     "DeliveryStatus",
     "DigestStatus",
     "Environment",
@@ -67,5 +69,6 @@ __all__ = [
     "Receipt",
     "RecoveryAction",
     "Retirement",
+    "companies_of",
     "hash_token",
 ]

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, models
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, Subquery
 
 from sandboxes.rules.proof import PROOF_KINDS
 
@@ -22,6 +22,7 @@ from .choices import (
     enum_check,
 )
 from .mirror import ISSUE_PEOPLE, Environment, EnvironmentLease, HeartbeatRun, Issue
+from .scope import ScopedQuerySet
 
 
 class AppendOnlyError(Exception):
@@ -57,9 +58,12 @@ CLAIM_SECONDS = 15 * 60
 PASS_SILENT_AFTER = timedelta(seconds=CLAIM_SECONDS)
 
 
-class RetirementQuerySet(models.QuerySet):
+class RetirementQuerySet(ScopedQuerySet):
     """The questions views, the API, metrics and the reconciler ask of the
     records, asked the same way everywhere."""
+
+    # A record's company is its lease's (README, company scope).
+    company_path = "lease__company_id"
 
     def open(self):
         return self.filter(OPEN_RECORDS)
@@ -88,6 +92,14 @@ class RetirementQuerySet(models.QuerySet):
             "lease__issue", *(f"lease__issue__{path}" for path in ISSUE_PEOPLE)
         )
 
+    def with_company(self):
+        """Each record's company name as `company_name`, in the same query (a
+        record's company is its lease's `company_id`, not a foreign key)."""
+        from .people import Company
+
+        name = Company.objects.filter(pk=OuterRef("lease__company_id")).values("name")[:1]
+        return self.annotate(company_name=Subquery(name))
+
     def search(self, text: str):
         """A sandbox id (part of it), a task key, or a record, lease or run id."""
         text = text.strip()
@@ -106,7 +118,8 @@ class RetirementQuerySet(models.QuerySet):
         """The list filters of the console and the API, already validated:
         `stage` ("" or "open": open records, "all", or one stage), `kind`,
         `hold`, `environment` (an id, else a name), `provider_state`,
-        `attention` ("yes"/"no") and `q` (search). Empty values filter nothing."""
+        `attention` ("yes"/"no"), `company` (a company id) and `q` (search).
+        Empty values filter nothing."""
         qs = self
         stage = filters.get("stage") or ""
         if stage in ("", "open"):
@@ -122,6 +135,8 @@ class RetirementQuerySet(models.QuerySet):
                 qs = qs.filter(environment_id=uuid.UUID(str(environment)))
             except ValueError:
                 qs = qs.filter(environment__name=environment)
+        if company := filters.get("company"):
+            qs = qs.filter(lease__company_id=company)
         if provider_state := filters.get("provider_state"):
             qs = qs.filter(provider_state=provider_state)
         if filters.get("attention") == "yes":
@@ -257,8 +272,9 @@ class Retirement(models.Model):
         return f"{self.kind} {self.provider_lease_id} ({self.stage})"
 
     @classmethod
-    def current_for_sandbox(cls, sandbox_id: str, *related: str) -> "Retirement | None":
-        """The open record for a provider sandbox id, else its most recent closed one."""
+    def current_for_sandbox(cls, sandbox_id: str, *related: str, actor) -> "Retirement | None":
+        """The open record for a provider sandbox id, else its most recent closed
+        one, among the records `actor` may see (None: the system, every record)."""
         if "\x00" in sandbox_id:
             return None  # no sandbox id holds NUL, and PostgreSQL refuses it in a query
         closed = models.Case(
@@ -267,7 +283,9 @@ class Retirement(models.Model):
             output_field=models.IntegerField(),
         )
         return (
-            cls.objects.select_related(*related)
+            cls.objects.visible_to(actor)
+            .select_related(*related)
+            .with_company()
             .filter(provider_lease_id=sandbox_id)
             .annotate(closed=closed)
             .order_by("closed", "-listed_at")
@@ -290,9 +308,12 @@ class Retirement(models.Model):
         return self.stage not in STAGES_CLOSED
 
 
-class ReceiptQuerySet(models.QuerySet):
+class ReceiptQuerySet(ScopedQuerySet):
     """The receipts the proof rule, the console's pages, the API and the
     reconciler read, asked the same way everywhere (oldest first: Meta.ordering)."""
+
+    # The lease's company: the receipt's own may be missing (a reporter sent none).
+    company_path = "lease__company_id"
 
     def proof_of(self, records):
         """The proof and approval receipts of `records` (retirements, their ids,
@@ -370,6 +391,10 @@ def attachment_path(instance: "Attachment", filename: str) -> str:
     return f"attachments/{digest[:2]}/{digest[2:4]}/{digest}"
 
 
+class AttachmentQuerySet(ScopedQuerySet):
+    company_path = "issue__company_id"  # the task it is attached to
+
+
 class Attachment(models.Model):
     """A salvaged file attached to its task. Stored bytes are content-addressed
     by sha256, so the same content is kept once however many paths name it."""
@@ -385,6 +410,8 @@ class Attachment(models.Model):
     file = models.FileField(upload_to=attachment_path, max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = AttachmentQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.CheckConstraint(condition=Q(size__gte=0), name="attachment_size_nonnegative"),
@@ -399,6 +426,21 @@ class Attachment(models.Model):
     @staticmethod
     def storage_name(sha256: str) -> str:
         return attachment_path(Attachment(sha256=sha256), "")
+
+
+class AuditEventQuerySet(ScopedQuerySet):
+    def visible_to(self, actor):
+        """The rows of the actor's companies; a row that names no company but a
+        sandbox (written before rows carried one, or by ingest for a lease it
+        had not read) goes with that sandbox's leases."""
+
+        def condition(ids):
+            theirs = EnvironmentLease.objects.filter(company_id__in=ids)
+            return Q(company_id__in=ids) | Q(
+                company_id__isnull=True, sandbox_id__in=theirs.values("provider_lease_id")
+            )
+
+        return self.filter_visible(actor, condition)
 
 
 class AuditEvent(AppendOnlyModel):
@@ -417,6 +459,11 @@ class AuditEvent(AppendOnlyModel):
     reason = models.TextField(blank=True)
     before = models.JSONField(default=dict, blank=True)
     after = models.JSONField(default=dict, blank=True)
+    # The company of the object acted on (a record's lease's, an environment's);
+    # None for console-wide objects (users, tokens): seen only by the unlimited.
+    company_id = models.UUIDField(null=True, blank=True, db_index=True)
+
+    objects = AuditEventQuerySet.as_manager()
 
     class Meta:
         ordering = ["-at"]

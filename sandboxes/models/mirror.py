@@ -39,6 +39,7 @@ from .choices import (
     SaveState,
     enum_check,
 )
+from .scope import ScopedQuerySet
 
 # The stored days: "" or day names, comma-separated ("mon,tue,wed,thu,fri").
 _DAY = "(" + "|".join(DAYS) + ")"
@@ -166,6 +167,8 @@ class Environment(MirroredModel):
         max_digits=12, decimal_places=6, null=True, blank=True, help_text="Per GiB-month, stopped."
     )
 
+    objects = ScopedQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
         permissions = [("edit_policy", "Can edit an environment's retirement policy")]
@@ -239,7 +242,7 @@ class Environment(MirroredModel):
         )
 
 
-class IssueQuerySet(models.QuerySet):
+class IssueQuerySet(ScopedQuerySet):
     def with_people(self):
         """The issues with the users and agent their owner is read from
         (`Issue.owner`): one query, whatever the number of issues."""

@@ -18,6 +18,7 @@ from django.db.models import Q
 
 from .choices import enum_check
 from .mirror import Environment
+from .scope import ScopedQuerySet
 
 
 class ChannelKind(models.TextChoices):
@@ -88,6 +89,18 @@ class NotificationChannel(models.Model):
         return event_type == NotificationType.TEST or not self.events or event_type in self.events
 
 
+class NotificationEventQuerySet(ScopedQuerySet):
+    def visible_to(self, actor):
+        """A record's event by the record's company; any other by its environment's."""
+        return self.filter_visible(
+            actor,
+            lambda ids: (
+                Q(retirement__lease__company_id__in=ids)
+                | Q(retirement__isnull=True, environment__company_id__in=ids)
+            ),
+        )
+
+
 class NotificationEvent(models.Model):
     """One thing the console announced. The key makes emitting it twice a no-op."""
 
@@ -110,6 +123,8 @@ class NotificationEvent(models.Model):
     )
     payload = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = NotificationEventQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

@@ -18,6 +18,17 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+class ApiTokenQuerySet(models.QuerySet):
+    def manageable_by(self, user):
+        """The tokens `user` lists and revokes: every one for an unlimited admin;
+        a company-limited admin only their own (README, company scope)."""
+        from .scope import companies_of
+
+        if companies_of(user) is None:
+            return self
+        return self.filter(created_by=user)
+
+
 class ApiToken(models.Model):
     # The audit trail labels a token's actions "token:<name>" in a 200-character
     # column, so a name may use 190 of them.
@@ -34,6 +45,11 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Company ids the token is limited to (`create_token --company`), within its
+    # creator's own limit; empty: its creator's (README, company scope).
+    companies = models.JSONField(default=list, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
 
     class Meta:
         constraints = [enum_check("scope", TokenScope, model="token")]
@@ -42,12 +58,13 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.scope}, {self.prefix}…)"
 
     @classmethod
-    def issue(cls, name: str, scope: str, created_by=None) -> tuple["ApiToken", str]:
+    def issue(cls, name: str, scope: str, created_by=None, companies=()) -> tuple["ApiToken", str]:
         """Create a token; the raw value is returned once and never stored."""
         raw = f"pcc_{secrets.token_urlsafe(32)}"
         token = cls.objects.create(
             name=name,
             scope=scope,
+            companies=[str(c) for c in companies],
             token_hash=hash_token(raw),
             prefix=raw[:10],
             created_by=created_by,

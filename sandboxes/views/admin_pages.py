@@ -123,7 +123,7 @@ def _environments_context(
     preview_of: dict | None = None,
 ) -> dict:
     rows = []
-    for env in Environment.objects.order_by("name"):
+    for env in Environment.objects.visible_to(request.user).order_by("name"):
         form = (bound or {}).get(env.pk) or PolicyForm(
             initial=_policy_initial(env), prefix=str(env.pk)
         )
@@ -211,7 +211,7 @@ def environments(request):
 @console_view
 @permission("edit_policy")
 def edit_policy(request, pk):
-    env = get_object_or_404(Environment, pk=pk)
+    env = get_object_or_404(Environment.objects.visible_to(request.user), pk=pk)
     form = PolicyForm(request.POST, prefix=str(env.pk))
     if form.is_valid():
         data = form.cleaned_data
@@ -266,7 +266,7 @@ def edit_policy(request, pk):
 @console_view
 @permission("edit_policy")
 def edit_prices(request, pk):
-    env = get_object_or_404(Environment, pk=pk)
+    env = get_object_or_404(Environment.objects.visible_to(request.user), pk=pk)
     form = PriceForm(request.POST, prefix=f"price-{env.pk}")
     if form.is_valid():
         try:
@@ -284,12 +284,14 @@ def edit_prices(request, pk):
 @permission("manage_tokens")
 @require_GET
 def tokens(request):
-    return render(request, "sandboxes/tokens.html", _tokens_context(TokenForm()))
+    return render(request, "sandboxes/tokens.html", _tokens_context(request, TokenForm()))
 
 
-def _tokens_context(form, raw: str = "", created=None) -> dict:
+def _tokens_context(request, form, raw: str = "", created=None) -> dict:
     return {
-        "tokens": ApiToken.objects.select_related("created_by").order_by("-created_at"),
+        "tokens": ApiToken.objects.manageable_by(request.user)
+        .select_related("created_by")
+        .order_by("-created_at"),
         "form": form,
         "raw": raw,
         "created": created,
@@ -309,18 +311,18 @@ def create_token(request):
         else:
             # Shown once, in this response only; the page is not cached.
             response = render(
-                request, "sandboxes/tokens.html", _tokens_context(TokenForm(), raw, token)
+                request, "sandboxes/tokens.html", _tokens_context(request, TokenForm(), raw, token)
             )
             response["Cache-Control"] = "no-store"
             return response
-    return render(request, "sandboxes/tokens.html", _tokens_context(form), status=400)
+    return render(request, "sandboxes/tokens.html", _tokens_context(request, form), status=400)
 
 
 @require_POST
 @console_view
 @permission("manage_tokens")
 def revoke_token(request, pk):
-    token = get_object_or_404(ApiToken, pk=pk)
+    token = get_object_or_404(ApiToken.objects.manageable_by(request.user), pk=pk)
     try:
         actions.revoke_token(token.pk, actor=request.user, reason=request.POST.get("reason", ""))
     except actions.ActionRefused as exc:

@@ -11,11 +11,11 @@ from django_htmx.http import trigger_client_event
 from sandboxes import actions, bulk
 from sandboxes.explain import EXPLAIN_RELATED, explained_holds, next_countdown, with_glance
 from sandboxes.forms import BulkApproveForm
-from sandboxes.models import Receipt, Retirement
+from sandboxes.models import Receipt
 from sandboxes.paging import keyset_page
 from sandboxes.proof import fingerprints_of, replaced_workspace
 from sandboxes.rules.proof import has_approval, proof_from_receipts
-from sandboxes.views.common import console_view, counted, permission
+from sandboxes.views.common import console_view, counted, permission, visible_records
 
 PAGE_SIZE = actions.MAX_BULK_APPROVE
 
@@ -25,9 +25,10 @@ APPROVED_SHOWN = 20
 
 def queue_context(request, *, results=None, error="", form=None) -> dict:
     # An approved record leaves the queue at once: it waits only for the next pass.
-    waiting = Retirement.objects.awaiting_decision()
+    records = visible_records(request)
+    waiting = records.awaiting_decision()
     approved = list(
-        Retirement.objects.approved_for_next_pass()
+        records.approved_for_next_pass()
         .select_related("environment")
         .order_by("-updated_at")[:APPROVED_SHOWN]
     )

@@ -6,13 +6,14 @@ import json
 import uuid
 
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from sandboxes.forms import AuditFilterForm
-from sandboxes.models import AuditEvent, Environment
+from sandboxes.models import AuditEvent, Company, Environment
 from sandboxes.paging import keyset_page
 from sandboxes.views.common import console_view, counted, query_without
 
@@ -24,17 +25,20 @@ EXPORT_FIELDS = (
     "object_type",
     "object_id",
     "sandbox_id",
+    "company_id",
     "reason",
     "before",
     "after",
 )
+# Beside the stored columns, each row's company name (README, company scope).
+EXPORT_COLUMNS = (*EXPORT_FIELDS[:6], "company", *EXPORT_FIELDS[6:])
 
 
 def filtered_events(request):
     """The form and its rows; a filter that does not validate matches nothing
     (never everything): the page says which field is wrong."""
     form = AuditFilterForm(request.GET)
-    qs = AuditEvent.objects.all()
+    qs = AuditEvent.objects.visible_to(request.user)
     if not form.is_valid():
         return form, qs.none()
     data = form.cleaned_data
@@ -44,11 +48,18 @@ def filtered_events(request):
         qs = qs.filter(action=data["action"])
     if data["sandbox"]:
         qs = qs.filter(sandbox_id=data["sandbox"].strip())
+    if data["company"]:
+        qs = qs.filter(company_id=data["company"])
     if data["since"]:
         qs = qs.filter(at__gte=data["since"])
     if data["until"]:
         qs = qs.filter(at__lte=data["until"])
-    return form, qs
+    return form, qs.annotate(company_name=_company_name())
+
+
+def _company_name():
+    name = Company.objects.filter(pk=OuterRef("company_id")).values("name")[:1]
+    return Subquery(name)
 
 
 @console_view
@@ -59,9 +70,9 @@ def audit(request):
     # Environments by name, not uuid: one query for the page's environment rows.
     env_ids = {e.object_id for e in page.items if e.object_type == "environment"}
     names = dict(
-        Environment.objects.filter(pk__in=[i for i in env_ids if _is_uuid(i)]).values_list(
-            "pk", "name"
-        )
+        Environment.objects.visible_to(request.user)
+        .filter(pk__in=[i for i in env_ids if _is_uuid(i)])
+        .values_list("pk", "name")
     )
     for event in page.items:
         event.object_name = (
@@ -96,6 +107,8 @@ def _row(event: AuditEvent) -> dict:
         "object_type": event.object_type,
         "object_id": event.object_id,
         "sandbox_id": event.sandbox_id,
+        "company_id": str(event.company_id) if event.company_id else None,
+        "company": event.company_name or None,
         "reason": event.reason,
         "before": event.before,
         "after": event.after,
@@ -156,7 +169,7 @@ def export_csv(request):
     writer = csv.writer(_Echo())
 
     def rows():
-        yield writer.writerow(EXPORT_FIELDS)
+        yield writer.writerow(EXPORT_COLUMNS)
         for event in events:
             row = _row(event)
             yield writer.writerow(
@@ -164,7 +177,7 @@ def export_csv(request):
                     json.dumps(row[f], sort_keys=True)
                     if f in ("before", "after")
                     else _spreadsheet_safe(row[f])
-                    for f in EXPORT_FIELDS
+                    for f in EXPORT_COLUMNS
                 ]
             )
 

@@ -14,10 +14,20 @@ from django_htmx.http import trigger_client_event
 
 from sandboxes import actions, bulk
 from sandboxes.forms import BULK_CHOICES, BulkForm, KeptFilterForm
-from sandboxes.models import Environment, Retirement
-from sandboxes.views.common import console_view
+from sandboxes.models import Retirement
+from sandboxes.views.common import console_view, filter_choices
 
-FILTERS = ("q", "stage", "kind", "hold", "environment", "provider_state", "attention", "sort")
+FILTERS = (
+    "q",
+    "stage",
+    "kind",
+    "hold",
+    "environment",
+    "company",
+    "provider_state",
+    "attention",
+    "sort",
+)
 DONE_WORDS = {
     "hold": "Held",
     "release_hold": "Released the hold on",
@@ -47,15 +57,16 @@ def bulk_context(request, form: KeptFilterForm) -> dict:
     }
 
 
-def _matching_ids(data) -> tuple[list[str], str]:
-    """Every record the posted filters match, or why not (too many)."""
-    environments = list(Environment.objects.only("id", "name"))
-    filters = KeptFilterForm(data, environments=environments)
+def _matching_ids(request) -> tuple[list[str], str]:
+    """Every record the posted filters match among those the user sees, or why
+    not (too many)."""
+    filters = KeptFilterForm(request.POST, **filter_choices(request.user))
     if not filters.is_valid():
         name = next(iter(filters.errors))
         return [], f"{name}: {filters.errors[name][0]}"
     ids = list(
-        Retirement.objects.matching(filters.cleaned_data)
+        Retirement.objects.visible_to(request.user)
+        .matching(filters.cleaned_data)
         .order_by("listed_at", "pk")
         .values_list("pk", flat=True)[: bulk.MAX_BULK + 1]
     )
@@ -67,14 +78,19 @@ def _matching_ids(data) -> tuple[list[str], str]:
     return [str(i) for i in ids], ""
 
 
-def _sandbox_ids(ids) -> dict[str, str]:
+def _sandbox_ids(ids, user) -> dict[str, str]:
+    """The sandbox ids of the records `user` sees (another company's stays a record id)."""
     pks = []
     for i in ids:
         try:
             pks.append(uuid.UUID(str(i)))
         except ValueError:
             continue
-    rows = Retirement.objects.filter(pk__in=pks).values_list("pk", "provider_lease_id")
+    rows = (
+        Retirement.objects.visible_to(user)
+        .filter(pk__in=pks)
+        .values_list("pk", "provider_lease_id")
+    )
     return {str(pk): sandbox for pk, sandbox in rows}
 
 
@@ -91,7 +107,7 @@ def _run(request) -> tuple[dict | None, str]:
         return None, form.first_error()
     data = form.cleaned_data
     if data["all_matching"]:
-        ids, error = _matching_ids(request.POST)
+        ids, error = _matching_ids(request)
         if error:
             return None, error
     else:
@@ -104,7 +120,7 @@ def _run(request) -> tuple[dict | None, str]:
         )
     except actions.ActionRefused as exc:
         return None, str(exc)
-    names = _sandbox_ids(refused)
+    names = _sandbox_ids(refused, request.user)
     return {
         "action": data["action"],
         "words": DONE_WORDS[data["action"]],

@@ -12,7 +12,7 @@ from django.db.models import Count, Max
 from django.http import HttpResponse, HttpResponseNotModified
 from django.shortcuts import render
 
-from sandboxes.models import ReconcilerPass, Retirement
+from sandboxes.models import Company, Environment, ReconcilerPass, Retirement, companies_of
 
 # Every console role carries this permission: a signed-in account with no
 # role sees nothing. (Exporting the audit trail is export_audit, apart.)
@@ -58,15 +58,42 @@ def permission_named(perm: str):
     return decorator
 
 
+# --- company scope (README, company scope) ----------------------------------------
+
+
+def visible_companies(user) -> list:
+    """The companies `user` may filter by: theirs, or every company for the unlimited."""
+    limit = companies_of(user)
+    qs = Company.objects.only("id", "name").order_by("name", "id")
+    return list(qs if limit is None else qs.filter(pk__in=list(limit)))
+
+
+def filter_choices(user) -> dict:
+    """The environments and companies of the list's filter form, as `user` sees them."""
+    return {
+        "environments": list(
+            Environment.objects.visible_to(user).only("id", "name").order_by("name")
+        ),
+        "companies": visible_companies(user),
+    }
+
+
+def visible_records(request):
+    """The records the signed-in user may see: every page starts here."""
+    return Retirement.objects.visible_to(request.user)
+
+
 # --- live polling -------------------------------------------------------------------
 
 
-def live_fingerprint() -> str:
+def live_fingerprint(records=None) -> str:
     """A short digest that changes whenever anything the live regions show
-    changes. Two small queries: per-stage counts with their latest update, and
-    the latest reconciler pass."""
+    changes. Two small queries: per-stage counts with their latest update (of
+    `records`, the user's visible ones; every record when None), and the latest
+    reconciler pass."""
+    records = Retirement.objects.all() if records is None else records
     per_stage = list(
-        Retirement.objects.values_list("stage", "needs_attention")
+        records.values_list("stage", "needs_attention")
         .annotate(n=Count("id"), last=Max("updated_at"))
         .order_by("stage", "needs_attention")
     )

@@ -12,9 +12,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from sandboxes.costs import daily_cost_expression, money, storage_bytes_expression
-from sandboxes.models import ReconcilerPass, Retirement
+from sandboxes.models import ReconcilerPass, Retirement, companies_of
 from sandboxes.models.choices import STAGES_CLOSED, RetirementKind, Stage
-from sandboxes.views.common import LIVE_TRIGGER, console_view, live_fingerprint, unchanged_poll
+from sandboxes.views.common import (
+    LIVE_TRIGGER,
+    console_view,
+    live_fingerprint,
+    unchanged_poll,
+    visible_records,
+)
 from sandboxes.views.common import with_etag as _with_etag
 
 CHART_PASSES = 48
@@ -158,14 +164,14 @@ def _cost_line(costs: list[Decimal | None], xs: list, stamps: list) -> dict | No
     }
 
 
-def _fleet(now) -> dict:
+def _fleet(now, records) -> dict:
     """Every count and cost the dashboard shows, in one grouped query."""
     by_stage = dict.fromkeys(Stage.values, 0)
     by_kind = dict.fromkeys(RetirementKind.values, 0)
     cost_env: dict[str, dict] = {}
     cost_kind: dict[str, dict] = {}
     totals = dict(EMPTY_TOTALS)
-    for row in _fleet_rows(now):
+    for row in _fleet_rows(now, records):
         by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + row["n"]
         _add_closed(totals, row)
         if row["stage"] in STAGES_CLOSED:
@@ -197,7 +203,7 @@ EMPTY_TOTALS: dict = {
 }
 
 
-def _fleet_rows(now):
+def _fleet_rows(now, records):
     """Records grouped by stage, kind and environment, with their counts, size
     and daily cost (held, and reclaimed over the last RECLAIM_DAYS)."""
     since_24h = now - timedelta(hours=24)
@@ -207,7 +213,7 @@ def _fleet_rows(now):
     )
     reclaimed_q = Q(stage=Stage.RETIRED, closed_at__gte=since_30d)
     return (
-        Retirement.objects.annotate(daily=daily_cost_expression(), kept=storage_bytes_expression())
+        records.annotate(daily=daily_cost_expression(), kept=storage_bytes_expression())
         .values("stage", "kind", "environment__name")
         .annotate(
             n=Count("id"),
@@ -255,14 +261,20 @@ def _add_cost(bucket: dict[str, dict], key: str, row: dict) -> None:
         entry["cost"] = (entry["cost"] or 0) + row["cost"]
 
 
-def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
+def dashboard_context(
+    fingerprint: str, *, split: bool = False, records=None, limited: bool = False
+) -> dict:
+    """Counts, costs and rows over `records` (the user's visible records; every
+    record when None). A `limited` user gets no trend: each pass's counts are
+    over every company (README, company scope)."""
+    records = Retirement.objects.all() if records is None else records
     now = timezone.now()
-    fleet = _fleet(now)
+    fleet = _fleet(now, records)
     by_stage, totals = fleet["by_stage"], fleet["totals"]
     open_total = sum(n for s, n in by_stage.items() if s not in STAGES_CLOSED)
-    failing = Retirement.objects.open().filter(Q(stage=Stage.FAILED) | Q(needs_attention=True))
+    failing = records.open().filter(Q(stage=Stage.FAILED) | Q(needs_attention=True))
     rows = (
-        (Retirement.objects.awaiting_decision() | failing)
+        (records.awaiting_decision() | failing)
         .select_related("environment", "lease__issue")
         .order_by("-updated_at")[:40]
     )
@@ -272,17 +284,21 @@ def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
     # The longest-failing first (like a missed check's "failing since"), attention on top.
     failing_rows.sort(key=lambda r: (not r.needs_attention, r.failing_since or r.updated_at))
     # Fleet-wide passes only: a pass scoped to one environment counts only its part.
-    passes = list(
-        ReconcilerPass.objects.filter(environment_name="", dry_run=False)
-        .only(
-            "started_at",
-            "finished_at",
-            "candidates",
-            "retired",
-            "counts_by_environment",
-            "cost_per_day",
+    passes = (
+        []
+        if limited
+        else list(
+            ReconcilerPass.objects.filter(environment_name="", dry_run=False)
+            .only(
+                "started_at",
+                "finished_at",
+                "candidates",
+                "retired",
+                "counts_by_environment",
+                "cost_per_day",
+            )
+            .order_by("-started_at")[:CHART_PASSES]
         )
-        .order_by("-started_at")[:CHART_PASSES]
     )
     now_by_env = {name: c["n"] for name, c in fleet["cost_by_env"].items()}
     return {
@@ -292,7 +308,7 @@ def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
         "by_kind": fleet["by_kind"],
         "open_total": open_total,
         # Approved records wait only for the next pass: not a person's work.
-        "awaiting": Retirement.objects.awaiting_decision().count()
+        "awaiting": records.awaiting_decision().count()
         if by_stage.get(Stage.AWAITING_APPROVAL)
         else 0,
         "failing": by_stage.get(Stage.FAILED, 0),
@@ -312,6 +328,7 @@ def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
             now_cost=totals["cost"],
         ),
         "split": split,
+        "limited": limited,
         "now": now,
     }
 
@@ -320,11 +337,13 @@ def dashboard_context(fingerprint: str, *, split: bool = False) -> dict:
 @require_GET
 def dashboard(request):
     split = request.GET.get("split") == "environment"
-    fingerprint = live_fingerprint() + ("-env" if split else "")
+    records = visible_records(request)
+    fingerprint = live_fingerprint(records) + ("-env" if split else "")
     unchanged = unchanged_poll(request, fingerprint)
     if unchanged is not None:
         return unchanged
-    context = dashboard_context(fingerprint, split=split)
+    limited = companies_of(request.user) is not None
+    context = dashboard_context(fingerprint, split=split, records=records, limited=limited)
     if request.htmx:
         response = render(request, "sandboxes/dashboard.html#live", context)
         return _with_etag(response, request, fingerprint)

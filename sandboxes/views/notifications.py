@@ -10,7 +10,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes.actions import ActionRefused
 from sandboxes.forms import ChannelEditForm, ChannelForm
-from sandboxes.models import Environment, NotificationChannel, NotificationDelivery
+from sandboxes.models import (
+    Environment,
+    NotificationChannel,
+    NotificationDelivery,
+    NotificationEvent,
+)
 from sandboxes.notifications import channels as actions
 from sandboxes.paging import keyset_page
 from sandboxes.views.common import console_view, permission
@@ -19,6 +24,13 @@ LOG_PAGE_SIZE = 50
 # The log says what each receiver answered and why a send failed: it is for
 # the admins who configure channels, like the channels' forms.
 DELIVERY_LOG_PERMISSION = "sandboxes.edit_policy"
+
+
+def _channels(request):
+    """The channels of the environments the user sees; another company's
+    environment's channel is a 404 (README, company scope)."""
+    visible = Environment.objects.visible_to(request.user)
+    return NotificationChannel.objects.filter(environment__in=visible)
 
 
 def _refused(form, exc: ActionRefused) -> None:
@@ -41,7 +53,7 @@ def _channels_context(request, env, form=None, shown_secret="", created=None) ->
 @console_view
 @require_GET
 def channels(request, pk):
-    env = get_object_or_404(Environment, pk=pk)
+    env = get_object_or_404(Environment.objects.visible_to(request.user), pk=pk)
     return render(request, "sandboxes/channels.html", _channels_context(request, env))
 
 
@@ -49,7 +61,7 @@ def channels(request, pk):
 @console_view
 @permission("edit_policy")
 def channel_create(request, pk):
-    env = get_object_or_404(Environment, pk=pk)
+    env = get_object_or_404(Environment.objects.visible_to(request.user), pk=pk)
     form = ChannelForm(request.POST)
     if form.is_valid():
         try:
@@ -77,7 +89,9 @@ def _detail_context(request, channel, form=None, shown_secret="") -> dict:
     page = None
     if sees_log:
         page = keyset_page(
-            NotificationDelivery.objects.filter(channel=channel).select_related("event"),
+            NotificationDelivery.objects.filter(
+                channel=channel, event__in=NotificationEvent.objects.visible_to(request.user)
+            ).select_related("event"),
             order="-created_at",
             cursor=request.GET.get("after"),
             size=LOG_PAGE_SIZE,
@@ -106,7 +120,7 @@ def _detail_context(request, channel, form=None, shown_secret="") -> dict:
 @console_view
 @require_GET
 def channel_detail(request, pk):
-    channel = get_object_or_404(NotificationChannel.objects.select_related("environment"), pk=pk)
+    channel = get_object_or_404(_channels(request).select_related("environment"), pk=pk)
     return render(request, "sandboxes/channel_detail.html", _detail_context(request, channel))
 
 
@@ -114,7 +128,7 @@ def channel_detail(request, pk):
 @console_view
 @permission("edit_policy")
 def channel_update(request, pk):
-    channel = get_object_or_404(NotificationChannel, pk=pk)
+    channel = get_object_or_404(_channels(request), pk=pk)
     form = ChannelEditForm(request.POST)
     if form.is_valid():
         try:
@@ -132,7 +146,7 @@ def channel_update(request, pk):
 @console_view
 @permission("edit_policy")
 def channel_rotate(request, pk):
-    channel = get_object_or_404(NotificationChannel, pk=pk)
+    channel = get_object_or_404(_channels(request), pk=pk)
     try:
         if request.POST.get("confirm") != "yes":
             # Every receiver stops verifying at once: the admin says they mean it.
@@ -157,7 +171,7 @@ def channel_rotate(request, pk):
 @console_view
 @permission("edit_policy")
 def channel_test(request, pk):
-    channel = get_object_or_404(NotificationChannel, pk=pk)
+    channel = get_object_or_404(_channels(request), pk=pk)
     try:
         delivery = actions.send_test(channel.pk, actor=request.user)
     except ActionRefused as exc:
@@ -177,7 +191,7 @@ def channel_test(request, pk):
 @console_view
 @permission("edit_policy")
 def channel_delete(request, pk):
-    channel = get_object_or_404(NotificationChannel, pk=pk)
+    channel = get_object_or_404(_channels(request), pk=pk)
     env_pk = channel.environment_id
     try:
         actions.delete_channel(

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import run_now
 from sandboxes.actions import ActionRefused
-from sandboxes.models import ReconcilerPass, Retirement
+from sandboxes.models import ReconcilerPass, Retirement, companies_of
 from sandboxes.paging import keyset_page
 from sandboxes.views.common import console_view, permission
 
@@ -54,6 +54,7 @@ def passes(request):
             "first_page": not request.GET.get("after"),
             "columns": _columns(page.items),
             "can_run": request.user.has_perm("sandboxes.run_pass"),
+            "limited": companies_of(request.user) is not None,
             "refusal": run_now.refusal() if request.user.has_perm("sandboxes.run_pass") else "",
         },
     )
@@ -64,7 +65,13 @@ def passes(request):
 def pass_detail(request, pk):
     p = get_object_or_404(ReconcilerPass, pk=pk)
     ids = {_uuid(pk) for what, _ in RECORD_LISTS for pk in p.records_of(what)} - {None}
-    records = Retirement.objects.filter(pk__in=ids).select_related("environment").in_bulk()
+    records = (
+        Retirement.objects.visible_to(request.user)
+        .filter(pk__in=ids)
+        .select_related("environment")
+        .in_bulk()
+    )
+    limited = companies_of(request.user) is not None
     errors_of: dict[str, list[str]] = {}
     general: list = []
     for e in p.errors or []:
@@ -77,12 +84,20 @@ def pass_detail(request, pk):
         rows = [
             {"id": rid, "r": records.get(_uuid(rid)), "errors": errors_of.get(rid, [])}
             for rid in p.records_of(what)
+            # A limited user sees only their companies' records, never another's id.
+            if not limited or _uuid(rid) in records
         ]
         groups.append({"what": what, "title": title, "rows": rows})
     return render(
         request,
         "sandboxes/pass_detail.html",
-        {"p": p, "groups": groups, "general_errors": general, "recorded": bool(p.records)},
+        {
+            "p": p,
+            "groups": groups,
+            "general_errors": [] if limited else general,
+            "recorded": any(g["rows"] for g in groups) if limited else bool(p.records),
+            "limited": limited,
+        },
     )
 
 

@@ -73,7 +73,9 @@ def answer(r: Retirement, *, actor, via: str):
 @permission("download_salvage")
 def salvage_zip(request, pk):
     r = get_object_or_404(
-        Retirement.objects.select_related("environment", "lease__issue", "lease__heartbeat_run"),
+        Retirement.objects.visible_to(request.user).select_related(
+            "environment", "lease__issue", "lease__heartbeat_run"
+        ),
         pk=pk,
     )
     response, refusal = answer(r, actor=request.user, via="console")

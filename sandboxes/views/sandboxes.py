@@ -19,7 +19,6 @@ from sandboxes.forms import AttestForm, HoldForm, KeptFilterForm, ReasonForm
 from sandboxes.models import (
     Attachment,
     AuditEvent,
-    Environment,
     EnvironmentLease,
     Issue,
     Receipt,
@@ -35,11 +34,13 @@ from sandboxes.views.common import (
     LIVE_TRIGGER,
     console_view,
     counted,
+    filter_choices,
     live_fingerprint,
     next_pass_words,
     permission,
     query_without,
     unchanged_poll,
+    visible_records,
     with_etag,
 )
 
@@ -52,16 +53,19 @@ log = logging.getLogger(__name__)
 @console_view
 @require_GET
 def sandbox_list(request):
-    fingerprint = live_fingerprint()
+    fingerprint = live_fingerprint(visible_records(request))
     unchanged = unchanged_poll(request, fingerprint)
     if unchanged is not None:
         return unchanged
-    environments = list(Environment.objects.only("id", "name").order_by("name"))
-    form = KeptFilterForm(request.GET, environments=environments)
+    choices = filter_choices(request.user)
+    form = KeptFilterForm(request.GET, **choices)
     data = form.cleaned_data if form.is_valid() else {}
-    qs = Retirement.objects.select_related(
-        "environment", "lease__issue", "lease__heartbeat_run"
-    ).matching(data)
+    qs = (
+        visible_records(request)
+        .select_related("environment", "lease__issue", "lease__heartbeat_run")
+        .with_company()
+        .matching(data)
+    )
     total = counted(qs)
     qs = with_glance(qs.annotate(daily=daily_cost_expression(), cost_sort=cost_sort_expression()))
     page = keyset_page(
@@ -186,7 +190,9 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
     is_open = r.is_open
     holds = explained_holds(r)
     events = list(
-        AuditEvent.objects.filter(sandbox_id=r.provider_lease_id).order_by("-at")[:HISTORY_ROWS]
+        AuditEvent.objects.visible_to(user)
+        .filter(sandbox_id=r.provider_lease_id)
+        .order_by("-at")[:HISTORY_ROWS]
     )
     history = [{"type": "audit", "at": e.at, "who": e.actor_label, "e": e} for e in events] + [
         {"type": "receipt", "at": x.confirmed_at, "who": x.actor or "paperclip", "r": x}
@@ -236,28 +242,39 @@ def _glance(r: Retirement, user) -> dict:
     }
 
 
-def _get_retirement(pk) -> Retirement:
-    return get_object_or_404(
-        Retirement.objects.select_related("environment", "lease__issue", "lease__heartbeat_run"),
-        pk=pk,
+NOT_KEPT = "The console keeps no record of this sandbox."
+
+
+def _get_retirement(request, pk) -> Retirement:
+    """The record, if the user may see it; another company's is a 404 that
+    names nothing (README, company scope)."""
+    r = _records(request).filter(pk=pk).first()
+    if r is None:
+        raise Http404(NOT_KEPT)
+    return r
+
+
+def _records(request):
+    return (
+        visible_records(request)
+        .select_related("environment", "lease__issue", "lease__heartbeat_run")
+        .with_company()
     )
 
 
-def current_for_sandbox(sandbox_id: str) -> Retirement | None:
+def current_for_sandbox(request, sandbox_id: str) -> Retirement | None:
     return Retirement.current_for_sandbox(
-        sandbox_id, "environment", "lease__issue", "lease__heartbeat_run"
+        sandbox_id, "environment", "lease__issue", "lease__heartbeat_run", actor=request.user
     )
 
 
 @console_view
 @require_GET
 def sandbox_detail(request, pk):
-    r = Retirement.objects.select_related(
-        "environment", "lease__issue", "lease__heartbeat_run"
-    ).filter(pk=pk).first() or current_for_sandbox(str(pk))
+    r = _records(request).filter(pk=pk).first() or current_for_sandbox(request, str(pk))
     if r is None:
         # A Daytona sandbox id is a uuid too: /sandboxes/<its id>/ is tried both ways.
-        raise Http404("The console keeps no record of this sandbox.")
+        raise Http404(NOT_KEPT)
     return _detail_response(request, r)
 
 
@@ -265,9 +282,9 @@ def sandbox_detail(request, pk):
 @require_GET
 def sandbox_by_id(request, sandbox_id):
     """/sandboxes/<provider sandbox id>/: the id people paste from Daytona."""
-    r = current_for_sandbox(sandbox_id)
+    r = current_for_sandbox(request, sandbox_id)
     if r is None:
-        raise Http404("The console keeps no record of this sandbox.")
+        raise Http404(NOT_KEPT)
     return _detail_response(request, r)
 
 
@@ -322,7 +339,7 @@ def provider_state(request, pk):
     is a POST with CSRF: a link or a prefetch cannot make it."""
     from sandboxes.providers.base import ProviderError
 
-    r = _get_retirement(pk)
+    r = _get_retirement(request, pk)
     state, error = None, ""
     try:
         state = r.environment.provider_client(r.provider).get(r.provider_lease_id).state
@@ -346,7 +363,7 @@ def provider_state(request, pk):
 @console_view
 @require_GET
 def attachment_download(request, pk):
-    att = get_object_or_404(Attachment, pk=pk)
+    att = get_object_or_404(Attachment.objects.visible_to(request.user), pk=pk)
     try:
         handle = att.file.open("rb")
     except FileNotFoundError:
@@ -377,7 +394,7 @@ WHEN_NEXT_PASS = ("approve", "retry", "release_hold", "attest")
 
 
 def _act(request, pk, name: str, form_class, call):
-    r = get_object_or_404(Retirement, pk=pk)
+    r = _get_retirement(request, pk)
     form = form_class(request.POST)
     error = notice = ""
     if not form.is_valid():
@@ -397,7 +414,7 @@ def _act(request, pk, name: str, form_class, call):
             notice = DONE[name]
             if name in WHEN_NEXT_PASS:
                 notice = f"{notice} The next pass runs {next_pass_words(timezone.now())}."
-    r = _get_retirement(pk)
+    r = _get_retirement(request, pk)
     if request.htmx:
         # The panel, and the history and receipts out of band (an action adds rows).
         response = render(
@@ -457,9 +474,12 @@ def attest(request, pk):
 @require_GET
 def task_detail(request, pk):
     """One task (Paperclip issue): its kept sandboxes and every lease it holds."""
-    issue = get_object_or_404(Issue.objects.select_related("bound_workspace"), pk=pk)
+    issue = get_object_or_404(
+        Issue.objects.visible_to(request.user).select_related("bound_workspace"), pk=pk
+    )
     retirements = list(
-        Retirement.objects.filter(lease__issue=issue)
+        visible_records(request)
+        .filter(lease__issue=issue)
         .select_related("environment", "lease__heartbeat_run", "lease__issue")
         .order_by("-listed_at")[:200]
     )

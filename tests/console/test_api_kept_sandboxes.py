@@ -91,6 +91,7 @@ def test_it_shows_one_sandbox_in_the_documented_shape(client, operator_token, aw
         "provider",
         "provider_state",
         "lease_id",
+        "company",
         "kind",
         "stage",
         "holds",

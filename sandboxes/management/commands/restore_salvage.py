@@ -64,7 +64,7 @@ class Command(BaseCommand):
 
     def _from_store(self, sandbox_id: str, folder: Path, export, force: bool):
         r = Retirement.current_for_sandbox(
-            sandbox_id, "environment", "lease__issue", "lease__heartbeat_run"
+            sandbox_id, "environment", "lease__issue", "lease__heartbeat_run", actor=None
         )
         if r is None:
             raise CommandError(f"PROVIDER_LEASE_ID: the console keeps no record of {sandbox_id!r}")
