@@ -20,6 +20,7 @@ ACTION_GROUPS: dict[str, dict[str, str]] = {
         "token.create": "created an API token",
         "token.revoke": "revoked an API token",
         "user.grant_role": "granted a role",
+        "user.companies": "limited a user to some companies (or lifted the limit)",
         "user.create": "created a user",
         "user.password_link": "sent a set-password link",
     },

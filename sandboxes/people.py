@@ -99,24 +99,43 @@ def create_user(*, actor, username: str, email: str, role: str, reason: str) -> 
             user.set_unusable_password()
             user.save()
             user.groups.add(Group.objects.get(name=ROLES[role]))
+            companies = _inherit_limit(user, actor)
             link = deliver_link(user)
             audit.record(
                 actor=actor,
                 action="user.create",
                 obj=user,
                 reason=reason,
-                after=_told(link, username=username, email=email or None, role=role),
+                after=_told(
+                    link,
+                    username=username,
+                    email=email or None,
+                    role=role,
+                    **({"companies": companies} if companies else {}),
+                ),
             )
     except IntegrityError:
         raise ActionRefused(f"Username: {username} is taken.") from None
     return link
 
 
+def _inherit_limit(user, actor) -> list[str]:
+    """A company-limited admin's new user is limited to the admin's companies:
+    an account made by someone who sees some companies never sees more."""
+    from sandboxes.models import CompanyScope, companies_of
+
+    limit = companies_of(actor)
+    if limit is None:
+        return []
+    CompanyScope.objects.bulk_create([CompanyScope(user=user, company_id=c) for c in limit])
+    return sorted(str(c) for c in limit)
+
+
 def send_set_password_link(user_id, *, actor, reason: str) -> SetPasswordLink:
     """A new set-password link for an existing user (a forgotten or never-set password)."""
     _require_admin(actor)
     reason = _reason(reason)
-    user = get_user_model().objects.filter(pk=user_id).first()
+    user = manageable_users(actor).filter(pk=user_id).first()
     if user is None:
         raise ActionRefused("No such user.")
     if not user.is_active:
@@ -139,3 +158,88 @@ def _told(link: SetPasswordLink, **fields) -> dict:
         "link": f"sent to {link.sent_to}" if link.sent_to else "shown to the admin",
         **({"mail_error": link.mail_error} if link.mail_error else {}),
     }
+
+
+# --- company limits (README, company scope) ---------------------------------------
+
+
+def company_ids_of(user) -> list[str]:
+    """The user's company limit as sorted ids ([]: every company), for the audit row."""
+    from sandboxes.models import CompanyScope
+
+    return sorted(
+        str(c) for c in CompanyScope.objects.filter(user=user).values_list("company_id", flat=True)
+    )
+
+
+def manageable_users(actor):
+    """The users `actor` may manage: everyone for an admin who sees every company;
+    for a company-limited admin, only users limited within the admin's own
+    companies (anyone else answers 404, like another company's record)."""
+    from sandboxes.models import CompanyScope, companies_of
+
+    users = get_user_model().objects.all()
+    limit = companies_of(actor)
+    if limit is None:
+        return users
+    outside = CompanyScope.objects.exclude(company_id__in=list(limit)).values("user_id")
+    return users.filter(pk__in=CompanyScope.objects.values("user_id")).exclude(pk__in=outside)
+
+
+def parse_company_ids(values) -> list:
+    """Company ids as given (a form's or a command's), each a company the console
+    mirrors; refuses naming the field and the value."""
+    import uuid
+
+    from sandboxes.models import Company
+
+    ids = []
+    for value in values:
+        text = str(value).strip()
+        try:
+            ids.append(uuid.UUID(text))
+        except ValueError:
+            raise ActionRefused(f"Companies: {text[:80]!r} is not a company id.") from None
+    known = set(Company.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    unknown = [str(i) for i in ids if i not in known]
+    if unknown:
+        raise ActionRefused(f"Companies: the console knows no company {unknown[0]}.")
+    return sorted(set(ids), key=str)
+
+
+def set_companies(user_id, *, actor, company_ids, reason: str) -> tuple[list, list]:
+    """Limit a user to `company_ids` (empty: every company) and audit it. Only an
+    admin who sees every company may; never their own limit. (old, new) ids."""
+    from sandboxes.models import CompanyScope, companies_of
+    from sandboxes.models.scope import forget_scope
+
+    if actor is not None:  # None: manage.py, whoever runs the server
+        _require_admin(actor)
+        if companies_of(actor) is not None:
+            raise PermissionDenied(
+                "an admin limited to some companies cannot change company limits"
+            )
+    reason = _reason(reason)
+    ids = parse_company_ids(company_ids)
+    with transaction.atomic():
+        user = get_user_model().objects.select_for_update().filter(pk=user_id).first()
+        if user is None:
+            raise ActionRefused("No such user.")
+        if actor is not None and user.pk == actor.pk:
+            raise ActionRefused("Companies: you cannot change your own limit; ask another admin.")
+        old = company_ids_of(user)
+        new = [str(i) for i in ids]
+        if old == new:
+            raise ActionRefused(f"{user.get_username()} already has this limit; nothing changed.")
+        CompanyScope.objects.filter(user=user).delete()
+        CompanyScope.objects.bulk_create([CompanyScope(user=user, company_id=i) for i in ids])
+        forget_scope(user)
+        audit.record(
+            actor=actor,
+            action="user.companies",
+            obj=user,
+            reason=reason,
+            before={"username": user.get_username(), "companies": old},
+            after={"username": user.get_username(), "companies": new},
+        )
+    return old, new

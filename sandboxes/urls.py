@@ -71,6 +71,7 @@ urlpatterns = [
     path("users/", users.users, name="users"),
     path("users/new/", users.create_user, name="user-create"),
     path("users/<int:pk>/role/", users.assign_role, name="user-role"),
+    path("users/<int:pk>/companies/", users.set_companies, name="user-companies"),
     path("users/<int:pk>/password-link/", users.password_link, name="user-password-link"),
     path("tokens/", admin_pages.tokens, name="tokens"),
     path("tokens/new/", admin_pages.create_token, name="token-create"),

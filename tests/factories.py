@@ -2,6 +2,7 @@
 environment, task, workspace and run, all pointing at each other."""
 
 import hashlib
+import uuid
 from datetime import timedelta
 
 import factory
@@ -391,3 +392,40 @@ def hold_until(days: float = 1):
     from django.utils import timezone
 
     return timezone.now() + timedelta(days=days)
+
+
+class CompanyFactory(DjangoModelFactory):
+    class Meta:
+        model = m.Company
+
+    id = factory.LazyFunction(uuid.uuid4)
+    name = factory.Sequence(lambda n: f"Company {n}")
+    company_id = factory.SelfAttribute("id")
+
+
+def move_to_company(company, *records) -> None:
+    """Put each record's sandbox graph (lease, task, environment, workspace, run
+    and receipts) in `company`, as Paperclip's rows would be (README, company scope)."""
+    for r in records:
+        lease = r.lease if isinstance(r, m.Retirement) else r
+        rows = [
+            (m.EnvironmentLease, lease.pk),
+            (m.Environment, lease.environment_id),
+            (m.Issue, lease.issue_id),
+            (m.ExecutionWorkspace, lease.execution_workspace_id),
+            (m.HeartbeatRun, lease.heartbeat_run_id),
+        ]
+        for model, pk in rows:
+            if pk is not None:
+                model.objects.filter(pk=pk).update(company_id=company.pk)
+        lease.company_id = company.pk
+        lease.environment.company_id = company.pk
+        if lease.issue is not None:
+            lease.issue.company_id = company.pk
+
+
+def limit_to(user, *companies):
+    """Limit a console user to `companies` (README, company scope)."""
+    for company in companies:
+        m.CompanyScope.objects.create(user=user, company=company)
+    return user

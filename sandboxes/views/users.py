@@ -3,19 +3,41 @@ change a role. The actions are sandboxes/people.py and sandboxes/roles.py."""
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import actions, people
 from sandboxes.forms import UserCreateForm
+from sandboxes.models import CompanyScope, companies_of
 from sandboxes.roles import ASSIGN_ROLES, ROLE_WORDS, ROLES, grant_role, role_of
-from sandboxes.views.common import console_view, permission_named
+from sandboxes.views.common import console_view, permission_named, visible_companies
 
 
 def _users_context(request, *, error: str = "", form=None, link=None) -> dict:
-    users = get_user_model().objects.prefetch_related("groups").order_by("username")
+    users = (
+        people.manageable_users(request.user)
+        .prefetch_related(
+            "groups",
+            Prefetch("company_scopes", CompanyScope.objects.select_related("company")),
+        )
+        .order_by("username")
+    )
+    can_limit = companies_of(request.user) is None
     return {
-        "rows": [{"user": u, "role": role_of(u)} for u in users],
+        "rows": [
+            {
+                "user": u,
+                "role": role_of(u),
+                "companies": [s.company for s in u.company_scopes.all()],
+                "company_ids": {str(s.company_id) for s in u.company_scopes.all()},
+            }
+            for u in users
+        ],
+        # Only an admin who sees every company limits others (README, company scope).
+        "can_limit": can_limit,
+        "all_companies": visible_companies(request.user) if can_limit else [],
         "roles": ROLE_WORDS,
         "error": error,
         "form": form or UserCreateForm(),
@@ -63,7 +85,7 @@ def create_user(request):
 @console_view
 @permission_named(ASSIGN_ROLES)
 def password_link(request, pk):
-    user = get_object_or_404(get_user_model(), pk=pk)
+    user = get_object_or_404(people.manageable_users(request.user), pk=pk)
     try:
         link = people.send_set_password_link(
             user.pk, actor=request.user, reason=request.POST.get("reason", "")
@@ -78,7 +100,7 @@ def password_link(request, pk):
 @console_view
 @permission_named(ASSIGN_ROLES)
 def assign_role(request, pk):
-    user = get_object_or_404(get_user_model(), pk=pk)
+    user = get_object_or_404(people.manageable_users(request.user), pk=pk)
     role = request.POST.get("role", "")
     error = ""
     try:
@@ -99,4 +121,27 @@ def assign_role(request, pk):
         return _answer(request, _users_context(request, error=error), status=400)
     old, new = grant_role(user, role, actor=request.user, reason=reason)
     messages.success(request, f"{user.get_username()}: {old or 'no role'} → {new or 'no role'}.")
+    return redirect("users")
+
+
+@require_POST
+@console_view
+@permission_named(ASSIGN_ROLES)
+def set_companies(request, pk):
+    """Limit a user to the ticked companies (none ticked: every company)."""
+    if companies_of(request.user) is not None:
+        raise PermissionDenied("an admin limited to some companies cannot change company limits")
+    user = get_object_or_404(get_user_model(), pk=pk)
+    try:
+        old, new = people.set_companies(
+            user.pk,
+            actor=request.user,
+            company_ids=request.POST.getlist("companies"),
+            reason=request.POST.get("reason", ""),
+        )
+    except actions.ActionRefused as exc:
+        context = _users_context(request, error=f"{user.get_username()}: {exc}")
+        return _answer(request, context, status=400)
+    words = f"{len(new)} compan{'y' if len(new) == 1 else 'ies'}" if new else "every company"
+    messages.success(request, f"{user.get_username()} now sees {words}.")
     return redirect("users")

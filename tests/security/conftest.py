@@ -18,6 +18,7 @@ from sandboxes.notifications.secrets import encrypt
 from sandboxes.roles import ADMINS, OPERATORS, REVIEWERS
 from tests.console.conftest import clean_compare
 from tests.factories import (
+    CompanyFactory,
     EnvironmentFactory,
     ReconcilerPassFactory,
     RetirementFactory,
@@ -89,6 +90,8 @@ def world(db):
         "pass": ReconcilerPassFactory(),
         # Somebody whose role an admin can change (never the acting user).
         "member": UserFactory(username="member-sec"),
+        # A company an admin can limit the member to (README, company scope).
+        "company": CompanyFactory(name="Acme Sec"),
     }
 
 

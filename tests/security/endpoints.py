@@ -299,6 +299,16 @@ ACTIONS += [
         302,
         url_target="member",
     ),
+    Action(
+        "user-companies",
+        ADMINS_ONLY,
+        "user.companies",
+        None,  # the limit lives in its own table (README, company scope)
+        lambda w: {"companies": [str(w["company"].pk)], "reason": "security test"},
+        302,
+        creates={"sandboxes.CompanyScope": 1},
+        url_target="member",
+    ),
 ]
 ACTIONS += [
     # A read of the provider, but audited: a POST every role may make.
@@ -377,6 +387,31 @@ def page_url(name: str, world) -> str:
     if name == "sandbox-by-id":
         return reverse(name, kwargs={"sandbox_id": world[target].provider_lease_id})
     return reverse(name, kwargs={"pk": world[target].pk})
+
+
+# Company scope (README, company scope): for a user limited to another company,
+# each page naming a record answers 404 (never 403 with its title); the pages
+# that list or count answer 200 without it; a pass is fleet-wide (its page lists
+# only the user's companies' records).
+COMPANY_PAGES_404 = {
+    "sandbox-detail",
+    "sandbox-by-id",
+    "sandbox-salvage",
+    "attachment",
+    "task",
+    "channels",
+    "channel-detail",
+}
+COMPANY_PAGES_FLEET = {"pass-detail"}
+# What each action naming another company's object answers a limited user who
+# holds its permission: 404, nothing changed. The bulk actions answer their
+# usual redirect, refusing that record as not found. The rest name no
+# company's object: a pass for the whole fleet, a new token or user (a limited
+# admin's token and users are limited to the admin's companies). Setting
+# company limits is refused a limited admin whoever it names (403).
+COMPANY_ACTIONS_BULK = {"sandbox-bulk", "approvals-bulk"}
+COMPANY_ACTIONS_UNSCOPED = {"passes-run", "token-create", "user-create"}
+COMPANY_ACTIONS_403 = {"user-companies"}
 
 
 # Session endpoints with their own rules (tested in test_session / test_login_limit).

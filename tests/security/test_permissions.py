@@ -75,6 +75,7 @@ def test_operators_cannot_attest_edit_policy_or_manage_tokens(users, world):
         "user-create",
         "user-password-link",
         "user-role",
+        "user-companies",
     }
 
 
