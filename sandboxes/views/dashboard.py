@@ -261,6 +261,38 @@ def _add_cost(bucket: dict[str, dict], key: str, row: dict) -> None:
         entry["cost"] = (entry["cost"] or 0) + row["cost"]
 
 
+def _rows_needing_a_person(records) -> tuple[list, list]:
+    """Awaiting a decision, and failing (the longest-failing first, like a missed
+    check's "failing since", attention on top)."""
+    failing = records.open().filter(Q(stage=Stage.FAILED) | Q(needs_attention=True))
+    rows = (
+        (records.awaiting_decision() | failing)
+        .select_related("environment", "lease__issue")
+        .order_by("-updated_at")[:40]
+    )
+    awaiting_rows, failing_rows = [], []
+    for r in rows:
+        (awaiting_rows if r.stage == Stage.AWAITING_APPROVAL else failing_rows).append(r)
+    failing_rows.sort(key=lambda r: (not r.needs_attention, r.failing_since or r.updated_at))
+    return awaiting_rows, failing_rows
+
+
+def _trend_passes() -> list:
+    """Fleet-wide passes only: a pass scoped to one environment counts only its part."""
+    return list(
+        ReconcilerPass.objects.filter(environment_name="", dry_run=False)
+        .only(
+            "started_at",
+            "finished_at",
+            "candidates",
+            "retired",
+            "counts_by_environment",
+            "cost_per_day",
+        )
+        .order_by("-started_at")[:CHART_PASSES]
+    )
+
+
 def dashboard_context(
     fingerprint: str, *, split: bool = False, records=None, limited: bool = False
 ) -> dict:
@@ -272,34 +304,9 @@ def dashboard_context(
     fleet = _fleet(now, records)
     by_stage, totals = fleet["by_stage"], fleet["totals"]
     open_total = sum(n for s, n in by_stage.items() if s not in STAGES_CLOSED)
-    failing = records.open().filter(Q(stage=Stage.FAILED) | Q(needs_attention=True))
-    rows = (
-        (records.awaiting_decision() | failing)
-        .select_related("environment", "lease__issue")
-        .order_by("-updated_at")[:40]
-    )
-    awaiting_rows, failing_rows = [], []
-    for r in rows:
-        (awaiting_rows if r.stage == Stage.AWAITING_APPROVAL else failing_rows).append(r)
-    # The longest-failing first (like a missed check's "failing since"), attention on top.
-    failing_rows.sort(key=lambda r: (not r.needs_attention, r.failing_since or r.updated_at))
-    # Fleet-wide passes only: a pass scoped to one environment counts only its part.
-    passes = (
-        []
-        if limited
-        else list(
-            ReconcilerPass.objects.filter(environment_name="", dry_run=False)
-            .only(
-                "started_at",
-                "finished_at",
-                "candidates",
-                "retired",
-                "counts_by_environment",
-                "cost_per_day",
-            )
-            .order_by("-started_at")[:CHART_PASSES]
-        )
-    )
+    awaiting_rows, failing_rows = _rows_needing_a_person(records)
+    # Each pass's counts are over every company: none for a limited user.
+    passes = [] if limited else _trend_passes()
     now_by_env = {name: c["n"] for name, c in fleet["cost_by_env"].items()}
     return {
         "fp": fingerprint,

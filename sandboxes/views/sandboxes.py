@@ -189,11 +189,8 @@ def detail_context(request, r: Retirement, *, error: str = "", notice: str = "")
     user = request.user
     is_open = r.is_open
     holds = explained_holds(r)
-    events = list(
-        AuditEvent.objects.visible_to(user)
-        .filter(sandbox_id=r.provider_lease_id)
-        .order_by("-at")[:HISTORY_ROWS]
-    )
+    events = AuditEvent.objects.visible_to(user).filter(sandbox_id=r.provider_lease_id)
+    events = list(events.order_by("-at")[:HISTORY_ROWS])
     history = [{"type": "audit", "at": e.at, "who": e.actor_label, "e": e} for e in events] + [
         {"type": "receipt", "at": x.confirmed_at, "who": x.actor or "paperclip", "r": x}
         for x in receipts
