@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from django.views.decorators.http import require_GET, require_POST
 
-from sandboxes import actions, policy
+from sandboxes import actions, policy, token_actions
 from sandboxes.forms import PolicyForm, PriceForm, TokenForm
 from sandboxes.models import ApiToken, Environment
 from sandboxes.reconciler.preview import CATEGORIES, Policy, preview
@@ -305,7 +305,7 @@ def create_token(request):
     form = TokenForm(request.POST)
     if form.is_valid():
         try:
-            token, raw = actions.create_token(actor=request.user, **form.cleaned_data)
+            token, raw = token_actions.create_token(actor=request.user, **form.cleaned_data)
         except actions.ActionRefused as exc:
             form.add_error(None, str(exc))
         else:
@@ -324,7 +324,9 @@ def create_token(request):
 def revoke_token(request, pk):
     token = get_object_or_404(ApiToken.objects.manageable_by(request.user), pk=pk)
     try:
-        actions.revoke_token(token.pk, actor=request.user, reason=request.POST.get("reason", ""))
+        token_actions.revoke_token(
+            token.pk, actor=request.user, reason=request.POST.get("reason", "")
+        )
     except actions.ActionRefused as exc:
         messages.error(request, str(exc))
     else:

@@ -62,6 +62,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.people",
             "sandboxes.policy",
             "sandboxes.run_now",
+            "sandboxes.token_actions",
         ),
     ),
     (

@@ -8,7 +8,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from sandboxes import actions
+from sandboxes import actions, token_actions
 from sandboxes.models import ApiToken, AuditEvent
 from sandboxes.models.choices import Stage
 from tests.console.conftest import clean_compare
@@ -287,7 +287,7 @@ def test_a_limited_admin_cannot_mint_an_ingest_token(limited):
 @pytest.fixture
 def limited_token(limited):
     """An operator token minted by an admin limited to our company."""
-    _, raw = actions.create_token(actor=limited["admin"], name="ours-bot", scope="operator")
+    _, raw = token_actions.create_token(actor=limited["admin"], name="ours-bot", scope="operator")
     return raw
 
 
