@@ -41,14 +41,16 @@ def companies_of(actor) -> frozenset | None:
     A user: their CompanyScope rows (none: unlimited). An API token answers for
     the console user who minted it (a token made with `manage.py create_token`
     has no creator and answers to whoever runs the server: unlimited, unless
-    made with `--company`). The system (None) is unlimited; an anonymous user
-    sees nothing. Read once per object and kept on it."""
-    if actor is None:
+    made with `--company`). The system (None) is unlimited, and so is an actor
+    that is neither a user nor a token: a notice's keep link, signed for its one
+    record (sandboxes/keeping.py). An anonymous user sees nothing. Read once per
+    object and kept on it."""
+    if actor is None or not (hasattr(actor, "is_authenticated") or _is_token(actor)):
         return None
     cached = getattr(actor, _CACHE, False)
     if cached is not False:
         return cached
-    if hasattr(actor, "scope") and hasattr(actor, "token_hash"):  # an ApiToken
+    if _is_token(actor):
         found = _token_limit(actor)
     elif not getattr(actor, "is_authenticated", False):
         found = frozenset()
@@ -56,6 +58,10 @@ def companies_of(actor) -> frozenset | None:
         found = _limit(actor)
     setattr(actor, _CACHE, found)
     return found
+
+
+def _is_token(actor) -> bool:
+    return hasattr(actor, "scope") and hasattr(actor, "token_hash")  # an ApiToken
 
 
 def _limit(user):
@@ -85,8 +91,7 @@ def scope_condition(actor, condition):
     asked inside the same query, with no round trip of its own."""
     if actor is None:
         return None
-    is_user = not (hasattr(actor, "scope") and hasattr(actor, "token_hash"))
-    if is_user and getattr(actor, "is_authenticated", False) and not hasattr(actor, _CACHE):
+    if getattr(actor, "is_authenticated", False) and not hasattr(actor, _CACHE):
         rows = CompanyScope.objects.filter(user_id=actor.pk)
         return condition(rows.values("company_id")) | ~models.Exists(rows)
     companies = companies_of(actor)
