@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sandboxes", "0025_keep_link_use"),
+        ("sandboxes", "0026_owner_mail"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

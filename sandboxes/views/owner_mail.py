@@ -55,7 +55,7 @@ def _context(request, env, form=None) -> dict:
 @console_view
 @require_GET
 def owner_mail(request, pk):
-    env = get_object_or_404(Environment, pk=pk)
+    env = get_object_or_404(Environment.objects.visible_to(request.user), pk=pk)
     return render(request, "sandboxes/owner_mail.html", _context(request, env))
 
 
@@ -63,7 +63,7 @@ def owner_mail(request, pk):
 @console_view
 @permission("edit_policy")
 def owner_mail_edit(request, pk):
-    env = get_object_or_404(Environment, pk=pk)
+    env = get_object_or_404(Environment.objects.visible_to(request.user), pk=pk)
     form = OwnerMailForm(request.POST)
     if form.is_valid():
         try:

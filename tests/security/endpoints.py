@@ -401,6 +401,7 @@ COMPANY_PAGES_404 = {
     "task",
     "channels",
     "channel-detail",
+    "owner-mail",
 }
 COMPANY_PAGES_FLEET = {"pass-detail"}
 # What each action naming another company's object answers a limited user who
