@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sandboxes", "0026_owner_mail"),
+        ("sandboxes", "0027_retirement_window"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
