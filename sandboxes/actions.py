@@ -361,5 +361,3 @@ def attest(retirement_id, *, actor, typed_sandbox_id: str, reason: str) -> Retir
         after={**snapshot(r), "receipt": str(receipt.pk)},
     )
     return r
-
-

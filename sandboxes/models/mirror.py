@@ -16,7 +16,7 @@ from django.db.models import Q
 from sandboxes.providers.base import Provider
 from sandboxes.providers.registry import get_provider
 from sandboxes.rules.owner import OwnedAs, Owner, task_owner
-from sandboxes.rules.window import DAYS, Window, stored_days, stored_window
+from sandboxes.rules.window import STORED_DAYS_PATTERN, Window, stored_days, stored_window
 
 from .choices import (
     KEEPABLE_STATUSES,
@@ -40,10 +40,6 @@ from .choices import (
     enum_check,
 )
 from .scope import ScopedQuerySet
-
-# The stored days: "" or day names, comma-separated ("mon,tue,wed,thu,fri").
-_DAY = "(" + "|".join(DAYS) + ")"
-WINDOW_DAYS_PATTERN = rf"^({_DAY}(,{_DAY})*)?$"
 
 
 def provider_named(model: str) -> models.CheckConstraint:
@@ -200,7 +196,7 @@ class Environment(MirroredModel):
                 name="environment_window_whole",
             ),
             models.CheckConstraint(
-                condition=Q(window_days__regex=WINDOW_DAYS_PATTERN),
+                condition=Q(window_days__regex=STORED_DAYS_PATTERN),
                 name="environment_window_days",
             ),
         ]

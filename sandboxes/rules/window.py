@@ -24,6 +24,10 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+# The stored days (Environment.window_days): "" or day names, comma-separated
+# ("mon,tue,wed,thu,fri"); the database checks it with this pattern.
+_DAY = "(" + "|".join(DAYS) + ")"
+STORED_DAYS_PATTERN = rf"^({_DAY}(,{_DAY})*)?$"
 # How far a search looks: every listed day recurs within a week; two weeks
 # step over a day whose window a DST change leaves empty.
 _SEARCH_DAYS = 16
