@@ -140,7 +140,9 @@ def floor_seconds(dsn: str) -> tuple[int, float]:
                 dst.copy(f"COPY floor_{t.name} FROM STDIN") as copy,
             ):
                 cur.itersize = 5000
-                cur.execute(f"SELECT {', '.join(cols)} FROM {t.name} ORDER BY updated_at, {t.pk}")
+                # Quoted: Paperclip's better-auth table is "user", a reserved word
+                # (unquoted, FROM user reads the current_user function).
+                cur.execute(f'SELECT {", ".join(cols)} FROM "{t.name}" ORDER BY updated_at, {t.pk}')
                 for row in cur:
                     copy.write_row([None if v is None else str(v) for v in row])
                     rows += 1
