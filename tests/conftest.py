@@ -57,6 +57,23 @@ def s3(moto_server, settings):
     door.close()
 
 
+# --- a real SMTP server on loopback -------------------------------------------------
+
+
+@pytest.fixture
+def smtp(settings):
+    """A real SMTP server (aiosmtpd) on loopback, listed in NOTIFY_ALLOWED_HOSTS
+    by host:port: owner e-mail is tested over the wire (README: Owner e-mail)."""
+    from tests.notifications.conftest import allow
+    from tests.notifications.smtp import Mailbox, free_port
+
+    box = Mailbox(port=free_port())
+    box.open()
+    allow(settings, box.address)
+    yield box
+    box.shut()
+
+
 @pytest.fixture
 def ingest_token(db):
     """(token row, raw bearer value) with ingest scope."""

@@ -84,15 +84,3 @@ def receiver(settings):
 def unlisted_receiver():
     with serve_receiver() as state:
         yield state
-
-
-@pytest.fixture
-def smtp(settings):
-    """A real SMTP server on loopback, listed in NOTIFY_ALLOWED_HOSTS by host:port."""
-    from .smtp import Mailbox, free_port
-
-    box = Mailbox(port=free_port())
-    box.open()
-    allow(settings, box.address)
-    yield box
-    box.shut()

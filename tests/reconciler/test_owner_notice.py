@@ -13,21 +13,10 @@ from sandboxes.notifications import owner_digest
 from sandboxes.notifications.secrets import encrypt
 from sandboxes.rules.words import absolute
 from tests import factories as f
-from tests.notifications.conftest import allow
-from tests.notifications.smtp import Mailbox, free_port
 
 from .conftest import SAVED, retirement_of
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def smtp(settings):
-    box = Mailbox(port=free_port())
-    box.open()
-    allow(settings, box.address)
-    yield box
-    box.shut()
 
 
 def test_a_pass_notice_and_its_retirement_reach_the_owner_by_e_mail(warm, reconcile, local, smtp):
