@@ -6,14 +6,14 @@ psycopg backend binds client-side) and spent most of a mirror iteration there.
 COPY hands the rows to PostgreSQL in one stream through psycopg's C adapters;
 the upsert is then one statement per page. The model's Python-side defaults
 (Django declares no column defaults) fill what a page does not carry, so a
-new row is the same row the ORM would have written.
+new row is the same row the ORM would have written. The staging itself is
+shared with ingest (`sandboxes/staging.py`).
 
 Runs on Django's own connection, inside the caller's transaction.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from typing import cast
 
@@ -21,25 +21,8 @@ from django.db import connection, models
 from django.db.models.options import Options
 from django.utils import timezone
 from psycopg import Cursor, sql
-from psycopg.types.json import Jsonb
 
-
-def _adapt(field: models.Field, value):
-    if value is None:
-        return None
-    if isinstance(field, models.JSONField):
-        return Jsonb(value)
-    if isinstance(field, models.ForeignKey) and isinstance(value, models.Model):
-        return value.pk
-    return value
-
-
-def _db_type(field: models.Field) -> str:
-    # A ForeignKey's db_type is its target's rel_db_type (Django's ForeignKey.db_type).
-    db_type = field.db_type(connection)
-    if db_type is None:  # a many-to-many or a reverse relation: no column of its own
-        raise TypeError(f"{field} has no column to write")
-    return db_type
+from sandboxes.staging import adapt, db_type, stage_fields
 
 
 def _field(meta: Options, key: str) -> models.Field:
@@ -82,11 +65,11 @@ def upsert(
     connection.ensure_connection()
     raw = connection.connection  # psycopg's connection: server-side binding below
     with Cursor(raw) as cur:
-        stage = _staged(cur, meta, keys, fields, rows)
+        stage = stage_fields(cur, meta.db_table, keys, fields, rows, prefix="mirror_stage")
         target = sql.Identifier(meta.db_table)
         columns = [f.column for f in fields] + [f.column for f, _ in constants]
         select = [sql.Identifier(f.column) for f in fields] + [
-            sql.SQL("%s::{}").format(sql.SQL(_db_type(f))) for f, _ in constants
+            sql.SQL("%s::{}").format(sql.SQL(db_type(f))) for f, _ in constants
         ]
         cur.execute(
             sql.SQL(
@@ -101,7 +84,7 @@ def upsert(
                 on_conflict=_on_conflict(meta, target, update, newer_only),
                 pk=sql.Identifier(meta.pk.column),
             ),
-            [_adapt(f, value) for f, value in constants],
+            [adapt(f, value) for f, value in constants],
         )
         written = [row[0] for row in cur.fetchall()]
     return written
@@ -133,40 +116,6 @@ def _constants(model: type[models.Model], given: set) -> list[tuple[models.Field
         elif not f.null:
             raise ValueError(f"{model.__name__}.{f.name} has no value and no default")
     return constants
-
-
-def _staged(
-    cur: Cursor, meta: Options, keys: list[str], fields: list[models.Field], rows: list[dict]
-) -> str:
-    """COPY the rows into the session's staging table for (table, columns); its name.
-
-    One staging table per (table, columns), kept for the session: creating
-    and dropping one per page churned the catalog. Emptied before each use."""
-    columns_sql = ", ".join(f"{f.column} {_db_type(f)}" for f in fields)
-    digest = hashlib.sha1(f"{meta.db_table}({columns_sql})".encode()).hexdigest()[:16]
-    stage = f"_mirror_stage_{digest}"
-    # No parameters: both statements go in one round trip.
-    cur.execute(
-        sql.SQL(
-            "CREATE TEMP TABLE IF NOT EXISTS {stage} ({cols}) ON COMMIT DELETE ROWS;"
-            " TRUNCATE {stage}"
-        ).format(
-            stage=sql.Identifier(stage),
-            cols=sql.SQL(", ").join(
-                sql.SQL("{} {}").format(sql.Identifier(f.column), sql.SQL(_db_type(f)))
-                for f in fields
-            ),
-        )
-    )
-    with cur.copy(
-        sql.SQL("COPY {} ({}) FROM STDIN").format(
-            sql.Identifier(stage),
-            sql.SQL(", ").join(sql.Identifier(f.column) for f in fields),
-        )
-    ) as copy:
-        for record in rows:
-            copy.write_row([_adapt(f, record.get(k)) for k, f in zip(keys, fields, strict=True)])
-    return stage
 
 
 def _on_conflict(

@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.roles",
             "sandboxes.salvage_archive",
             "sandboxes.salvage_restore",
+            "sandboxes.staging",
         ),
     ),
     ("reconciler", ("sandboxes.reconciler",)),
