@@ -270,7 +270,7 @@ MIRROR_INTERVAL_SECONDS = envint("MIRROR_INTERVAL_SECONDS", 10)
 # Rows are re-read this far behind the cursor, so a source transaction that
 # committed late (its updated_at is its start time) is still picked up.
 MIRROR_OVERLAP_SECONDS = envint("MIRROR_OVERLAP_SECONDS", 30)
-MIRROR_BATCH_SIZE = envint("MIRROR_BATCH_SIZE", 1000)
+MIRROR_BATCH_SIZE = envint("MIRROR_BATCH_SIZE", 5000)
 
 # django-q2: Redis when REDIS_URL is set, the ORM broker otherwise.
 REDIS_URL = os.environ.get("REDIS_URL", "")

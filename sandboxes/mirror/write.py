@@ -19,6 +19,7 @@ from uuid import UUID
 from django.db import connection, models, transaction
 from django.utils import timezone
 from psycopg import Cursor, sql
+from psycopg.types.json import Jsonb
 
 from sandboxes.logging import log_context
 from sandboxes.models import (
@@ -48,46 +49,76 @@ log = logging.getLogger(__name__)
 
 
 def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
-    """Create rows named but not (yet) mirrored as placeholders: one lookup per
-    model, and one insert-or-nothing for a model with some missing."""
-    models_named = [model for model, ids in refs.items() if ids]
-    if not models_named:
+    """Create rows named but not (yet) mirrored as placeholders, in ONE statement
+    whatever the page's size or the number of models named: per model, an
+    insert-or-nothing of every id named (ON CONFLICT DO NOTHING leaves a row
+    already there untouched, placeholder or not). No lookup round trip and no
+    set difference in Python: the unique index answers which ids are new."""
+    named = [(model, sorted(ids, key=str)) for model, ids in refs.items() if ids]
+    if not named:
         return
+    inserts, params = [], []
+    now = timezone.now()
+    for i, (model, ids) in enumerate(named):
+        statement, values = _placeholders(model, ids, now)
+        inserts.append(sql.SQL("i{} AS ({})").format(sql.SQL(str(i)), statement))
+        params.extend(values)
     with Cursor(connection.connection) as cur:
-        # One round trip for every model's lookup.
-        cur.execute(
-            sql.SQL(" UNION ALL ").join(
-                # uuid ids, but a Paperclip user's is text: one type in the UNION.
-                sql.SQL("SELECT {i}, id::text FROM {t} WHERE id = ANY(%s::{k}[])").format(
-                    i=sql.Literal(i),
-                    t=sql.Identifier(model._meta.db_table),
-                    k=sql.SQL(model._meta.pk.db_type(connection) or "uuid"),
-                )
-                for i, model in enumerate(models_named)
-            ),
-            [list(refs[model]) for model in models_named],
-        )
-        found: dict[int, set] = {}
-        for i, pk in cur.fetchall():
-            found.setdefault(i, set()).add(pk)
-    for i, model in enumerate(models_named):
-        refs[model] = {pk for pk in refs[model] if str(pk) not in found.get(i, set())}
-    for model, ids in refs.items():
-        if not ids:
-            continue
-        defaults = model.placeholder_defaults
-        bulk.upsert(
-            model,
-            (
-                {
-                    "id": pk,
-                    "placeholder": True,
-                    **{k: (v(pk) if callable(v) else v) for k, v in defaults.items()},
-                }
-                for pk in ids
-            ),
-            update=None,
-        )
+        # Data-modifying CTEs all run, whether or not the outer query reads them.
+        cur.execute(sql.SQL("WITH {} SELECT 1").format(sql.SQL(", ").join(inserts)), params)
+
+
+def _placeholders(model: type[MirroredModel], ids: list, now: datetime):
+    """INSERT … SELECT FROM unnest(ids) ON CONFLICT (id) DO NOTHING for `model`:
+    the placeholder flag, its placeholder_defaults (a callable one evaluated
+    per id, as MirroredModel.placeholder_for does) and the model's own defaults
+    for the rest, as bulk.upsert would write them."""
+    meta = model._meta
+    columns: list[sql.Composable] = [sql.Identifier(meta.pk.column)]
+    select: list[sql.Composable] = [sql.SQL("u.pk")]
+    values: list = [[_pk_value(meta, pk) for pk in ids]]
+    arrays = 1
+    given = {"placeholder": True, "created_at": now, "updated_at": now}
+    for name, default in model.placeholder_defaults.items():
+        f = bulk._field(meta, name)
+        if callable(default):
+            columns.append(sql.Identifier(f.column))
+            select.append(sql.SQL("u.v{}").format(sql.SQL(str(arrays))))
+            values.append([default(pk) for pk in ids])
+            arrays += 1
+        else:
+            given[name] = default
+    unnest: list[sql.Composable] = [sql.SQL("%s::{}[]").format(sql.SQL(_type(meta.pk)))]
+    unnest += [sql.SQL("%s::text[]")] * (arrays - 1)
+    names = [sql.SQL("pk")] + [sql.SQL("v{}").format(sql.SQL(str(i))) for i in range(1, arrays)]
+    named = {bulk._field(meta, k) for k in (*given, *model.placeholder_defaults)}
+    constants = bulk._constants(model, named)
+    constants += [(bulk._field(meta, k), v) for k, v in given.items()]
+    for f, value in constants:
+        columns.append(sql.Identifier(f.column))
+        select.append(sql.SQL("%s::{}").format(sql.SQL(_type(f))))
+        values.append(Jsonb(value) if isinstance(f, models.JSONField) else value)
+    statement = sql.SQL(
+        "INSERT INTO {t} ({cols}) SELECT {sel} FROM unnest({arrays}) AS u({names})"
+        " ON CONFLICT ({pk}) DO NOTHING"
+    ).format(
+        t=sql.Identifier(meta.db_table),
+        cols=sql.SQL(", ").join(columns),
+        sel=sql.SQL(", ").join(select),
+        arrays=sql.SQL(", ").join(unnest),
+        names=sql.SQL(", ").join(names),
+        pk=sql.Identifier(meta.pk.column),
+    )
+    # The select's constants come after the unnest arrays in the text.
+    return statement, values[arrays:] + values[:arrays]
+
+
+def _pk_value(meta, pk):
+    return str(pk) if meta.pk.get_internal_type() != "UUIDField" else pk
+
+
+def _type(f) -> str:
+    return f.db_type(connection) or "text"
 
 
 def _upsert(model: type[models.Model], rows: list[Row]) -> list[Row]:
