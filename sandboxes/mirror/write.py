@@ -19,7 +19,6 @@ from uuid import UUID
 from django.db import connection, models, transaction
 from django.utils import timezone
 from psycopg import Cursor, sql
-from psycopg.types.json import Jsonb
 
 from sandboxes.logging import log_context
 from sandboxes.models import (
@@ -37,6 +36,7 @@ from sandboxes.models.choices import (
     TerminationState,
 )
 from sandboxes.models.mirror import MirroredModel
+from sandboxes.staging import adapt, db_type
 
 from . import bulk
 from .lease_metadata import export_id, intent_id
@@ -88,7 +88,7 @@ def _placeholders(model: type[MirroredModel], ids: list, now: datetime):
             arrays += 1
         else:
             given[name] = default
-    unnest: list[sql.Composable] = [sql.SQL("%s::{}[]").format(sql.SQL(_type(meta.pk)))]
+    unnest: list[sql.Composable] = [sql.SQL("%s::{}[]").format(sql.SQL(db_type(meta.pk)))]
     unnest += [sql.SQL("%s::text[]")] * (arrays - 1)
     names = [sql.SQL("pk")] + [sql.SQL("v{}").format(sql.SQL(str(i))) for i in range(1, arrays)]
     named = {bulk._field(meta, k) for k in (*given, *model.placeholder_defaults)}
@@ -96,8 +96,8 @@ def _placeholders(model: type[MirroredModel], ids: list, now: datetime):
     constants += [(bulk._field(meta, k), v) for k, v in given.items()]
     for f, value in constants:
         columns.append(sql.Identifier(f.column))
-        select.append(sql.SQL("%s::{}").format(sql.SQL(_type(f))))
-        values.append(Jsonb(value) if isinstance(f, models.JSONField) else value)
+        select.append(sql.SQL("%s::{}").format(sql.SQL(db_type(f))))
+        values.append(adapt(f, value))
     statement = sql.SQL(
         "INSERT INTO {t} ({cols}) SELECT {sel} FROM unnest({arrays}) AS u({names})"
         " ON CONFLICT ({pk}) DO NOTHING"
@@ -115,10 +115,6 @@ def _placeholders(model: type[MirroredModel], ids: list, now: datetime):
 
 def _pk_value(meta, pk):
     return str(pk) if meta.pk.get_internal_type() != "UUIDField" else pk
-
-
-def _type(f) -> str:
-    return f.db_type(connection) or "text"
 
 
 def _upsert(model: type[models.Model], rows: list[Row]) -> list[Row]:
