@@ -33,3 +33,16 @@ def teardown(db_name: str) -> None:
     base = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+
+
+# `/usr/bin/time -f MAXRSS_FORMAT …` writes a child's peak RSS on its stderr.
+MAXRSS_FORMAT = "maxrss_kib=%M"
+
+
+def peak_rss_mib(stderr: str) -> float:
+    """The peak RSS (MiB) `/usr/bin/time -f MAXRSS_FORMAT` reported on `stderr`."""
+    return next(
+        int(line.split("=", 1)[1]) / 1024
+        for line in reversed(stderr.splitlines())
+        if line.startswith("maxrss_kib=")
+    )

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from _bench_db import ROOT, setup, teardown
+from _bench_db import MAXRSS_FORMAT, ROOT, peak_rss_mib, setup, teardown
 
 from devtools.events import EPOCH, Events, uid
 
@@ -137,7 +137,7 @@ def load_events_child(path: str, db_url: str) -> tuple[float, float, str]:
         [
             "/usr/bin/time",
             "-f",
-            "maxrss_kib=%M",
+            MAXRSS_FORMAT,
             sys.executable,
             str(ROOT / "manage.py"),
             "load_events",
@@ -153,11 +153,7 @@ def load_events_child(path: str, db_url: str) -> tuple[float, float, str]:
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"load_events failed:\n{done.stderr[-3000:]}")
-    rss = next(
-        int(line.split("=", 1)[1]) / 1024
-        for line in reversed(done.stderr.splitlines())
-        if line.startswith("maxrss_kib=")
-    )
+    rss = peak_rss_mib(done.stderr)
     progress = [line for line in done.stderr.splitlines() if line.startswith("…")]
     return seconds, rss, progress[-1] if progress else ""
 

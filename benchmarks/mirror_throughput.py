@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _bench_db import ROOT, setup, teardown
+from _bench_db import MAXRSS_FORMAT, ROOT, peak_rss_mib, setup, teardown
 
 CONSOLE_DB = "paperclip_bench_mirror_console"
 SOURCE_DB = "paperclip_bench_mirror_source"
@@ -293,7 +293,7 @@ def mirror_rss(dsn: str, args) -> None:
         subprocess.run([*manage, "migrate", "-v0"], env=child_env(name), check=True)
         started = time.monotonic()
         done = subprocess.run(
-            ["/usr/bin/time", "-f", "maxrss_kib=%M", *manage]
+            ["/usr/bin/time", "-f", MAXRSS_FORMAT, *manage]
             + ["mirror_paperclip", "--dsn", dsn, "--once", "--full"],
             env=child_env(name),
             capture_output=True,
@@ -306,11 +306,7 @@ def mirror_rss(dsn: str, args) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     if done.returncode != 0:
         raise SystemExit(f"mirror_paperclip failed:\n{done.stderr[-3000:]}")
-    rss = next(
-        int(line.split("=", 1)[1]) / 1024
-        for line in reversed(done.stderr.splitlines())
-        if line.startswith("maxrss_kib=")
-    )
+    rss = peak_rss_mib(done.stderr)
     print(
         f"mirror_paperclip --once --full in a child, {args.leases:,} leases: {seconds:.1f}s, "
         f"peak RSS {rss:,.0f} MiB (target < 250 MiB at 1,000,000 leases); {load()}"

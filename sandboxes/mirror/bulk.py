@@ -15,6 +15,7 @@ Runs on Django's own connection, inside the caller's transaction.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import cast
 
 from django.db import connection, models
@@ -116,6 +117,48 @@ def _constants(model: type[models.Model], given: set) -> list[tuple[models.Field
         elif not f.null:
             raise ValueError(f"{model.__name__}.{f.name} has no value and no default")
     return constants
+
+
+def placeholders(model, ids: list, now: datetime) -> tuple[sql.Composed, list]:
+    """(statement, parameters) inserting a placeholder row per id into `model`,
+    ON CONFLICT (id) DO NOTHING: INSERT … SELECT FROM unnest(ids). The row holds
+    the placeholder flag, the model's placeholder_defaults (a callable one
+    evaluated per id, as MirroredModel.placeholder_for does) and its own
+    defaults for the rest, as `upsert` would write them."""
+    meta = model._meta
+    # One array per column whose value differs by id: the ids, and each callable default.
+    arrays: list[tuple[models.Field, list]] = [(meta.pk, [_pk_value(meta, pk) for pk in ids])]
+    given = {"placeholder": True, "created_at": now, "updated_at": now}
+    for name, default in model.placeholder_defaults.items():
+        if callable(default):
+            arrays.append((_field(meta, name), [default(pk) for pk in ids]))
+        else:
+            given[name] = default
+    named = {_field(meta, k) for k in (*given, *model.placeholder_defaults)}
+    constants = _constants(model, named) + [(_field(meta, k), v) for k, v in given.items()]
+    names = [sql.Identifier(f"v{i}") for i in range(len(arrays))]
+    statement = sql.SQL(
+        "INSERT INTO {t} ({cols}) SELECT {sel} FROM unnest({arrays}) AS u({names})"
+        " ON CONFLICT ({pk}) DO NOTHING"
+    ).format(
+        t=sql.Identifier(meta.db_table),
+        cols=sql.SQL(", ").join(sql.Identifier(f.column) for f, _ in (*arrays, *constants)),
+        sel=sql.SQL(", ").join(
+            [sql.SQL("u.{}").format(n) for n in names]
+            + [sql.SQL("%s::{}").format(sql.SQL(db_type(f))) for f, _ in constants]
+        ),
+        arrays=sql.SQL(", ").join(
+            sql.SQL("%s::{}[]").format(sql.SQL(db_type(f))) for f, _ in arrays
+        ),
+        names=sql.SQL(", ").join(names),
+        pk=sql.Identifier(meta.pk.column),
+    )
+    # The select's constants come before the unnest arrays in the text.
+    return statement, [adapt(f, v) for f, v in constants] + [values for _, values in arrays]
+
+
+def _pk_value(meta: Options, pk):
+    return str(pk) if meta.pk.get_internal_type() != "UUIDField" else pk
 
 
 def _on_conflict(

@@ -36,7 +36,6 @@ from sandboxes.models.choices import (
     TerminationState,
 )
 from sandboxes.models.mirror import MirroredModel
-from sandboxes.staging import adapt, db_type
 
 from . import bulk
 from .lease_metadata import export_id, intent_id
@@ -60,61 +59,12 @@ def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
     inserts, params = [], []
     now = timezone.now()
     for i, (model, ids) in enumerate(named):
-        statement, values = _placeholders(model, ids, now)
+        statement, values = bulk.placeholders(model, ids, now)
         inserts.append(sql.SQL("i{} AS ({})").format(sql.SQL(str(i)), statement))
         params.extend(values)
     with Cursor(connection.connection) as cur:
         # Data-modifying CTEs all run, whether or not the outer query reads them.
         cur.execute(sql.SQL("WITH {} SELECT 1").format(sql.SQL(", ").join(inserts)), params)
-
-
-def _placeholders(model: type[MirroredModel], ids: list, now: datetime):
-    """INSERT … SELECT FROM unnest(ids) ON CONFLICT (id) DO NOTHING for `model`:
-    the placeholder flag, its placeholder_defaults (a callable one evaluated
-    per id, as MirroredModel.placeholder_for does) and the model's own defaults
-    for the rest, as bulk.upsert would write them."""
-    meta = model._meta
-    columns: list[sql.Composable] = [sql.Identifier(meta.pk.column)]
-    select: list[sql.Composable] = [sql.SQL("u.pk")]
-    values: list = [[_pk_value(meta, pk) for pk in ids]]
-    arrays = 1
-    given = {"placeholder": True, "created_at": now, "updated_at": now}
-    for name, default in model.placeholder_defaults.items():
-        f = bulk._field(meta, name)
-        if callable(default):
-            columns.append(sql.Identifier(f.column))
-            select.append(sql.SQL("u.v{}").format(sql.SQL(str(arrays))))
-            values.append([default(pk) for pk in ids])
-            arrays += 1
-        else:
-            given[name] = default
-    unnest: list[sql.Composable] = [sql.SQL("%s::{}[]").format(sql.SQL(db_type(meta.pk)))]
-    unnest += [sql.SQL("%s::text[]")] * (arrays - 1)
-    names = [sql.SQL("pk")] + [sql.SQL("v{}").format(sql.SQL(str(i))) for i in range(1, arrays)]
-    named = {bulk._field(meta, k) for k in (*given, *model.placeholder_defaults)}
-    constants = bulk._constants(model, named)
-    constants += [(bulk._field(meta, k), v) for k, v in given.items()]
-    for f, value in constants:
-        columns.append(sql.Identifier(f.column))
-        select.append(sql.SQL("%s::{}").format(sql.SQL(db_type(f))))
-        values.append(adapt(f, value))
-    statement = sql.SQL(
-        "INSERT INTO {t} ({cols}) SELECT {sel} FROM unnest({arrays}) AS u({names})"
-        " ON CONFLICT ({pk}) DO NOTHING"
-    ).format(
-        t=sql.Identifier(meta.db_table),
-        cols=sql.SQL(", ").join(columns),
-        sel=sql.SQL(", ").join(select),
-        arrays=sql.SQL(", ").join(unnest),
-        names=sql.SQL(", ").join(names),
-        pk=sql.Identifier(meta.pk.column),
-    )
-    # The select's constants come after the unnest arrays in the text.
-    return statement, values[arrays:] + values[:arrays]
-
-
-def _pk_value(meta, pk):
-    return str(pk) if meta.pk.get_internal_type() != "UUIDField" else pk
 
 
 def _upsert(model: type[models.Model], rows: list[Row]) -> list[Row]:

@@ -6,7 +6,6 @@ bulk.py and write.py open themselves (COPY included)."""
 
 import uuid
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -15,21 +14,10 @@ from sandboxes import models as m
 from sandboxes.mirror import bulk, sync, write
 from sandboxes.mirror.sync import mirror_once
 
+from .counting import Counting
 from .paperclip import termination
 
 pytestmark = pytest.mark.django_db
-
-
-class Counting(psycopg.Cursor):
-    statements = 0
-
-    def execute(self, *args, **kwargs):
-        Counting.statements += 1
-        return super().execute(*args, **kwargs)
-
-    def copy(self, *args, **kwargs):
-        Counting.statements += 1
-        return super().copy(*args, **kwargs)
 
 
 def lease_page_costs(paperclip, monkeypatch, tasks: int, batch_size: int) -> list[tuple]:

@@ -3,7 +3,6 @@
 (CaptureQueriesContext) and the statements sandboxes/mirror/bulk.py and
 write.py send through psycopg cursors of their own (COPY included)."""
 
-import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -11,21 +10,10 @@ from django.test.utils import CaptureQueriesContext
 from sandboxes.mirror import bulk, write
 from sandboxes.mirror.sync import mirror_once
 
+from .counting import Counting
 from .paperclip import termination
 
 pytestmark = pytest.mark.django_db
-
-
-class Counting(psycopg.Cursor):
-    statements = 0
-
-    def execute(self, *args, **kwargs):
-        Counting.statements += 1
-        return super().execute(*args, **kwargs)
-
-    def copy(self, *args, **kwargs):
-        Counting.statements += 1
-        return super().copy(*args, **kwargs)
 
 
 def statements_to_mirror(paperclip, n: int, monkeypatch) -> int:
