@@ -7,6 +7,15 @@ On PostgreSQL the rows travel as one JSON document per table
 (`json_to_recordset`); elsewhere (the embedded SQLite) through the ORM. Rows
 come and go as plain values (dicts by attname): the batch that holds them is
 `batch.py`'s unit of work, which calls these.
+
+Not COPY staging (`sandboxes/staging.py`, the mirror's): a batch of 1,000
+events writes a few hundred rows into each of up to eight tables, and staging
+each costs a TRUNCATE of its temp table (0.75 ms: load_events shares one
+transaction, so the rows must go before the next batch) and two more round
+trips, where orjson writes every table's document in C. Measured on 30,000
+events, load_events took 4.3-4.6 s staged against 3.2-3.6 s with documents;
+the server's time is in the tables' indexes, foreign keys and triggers, the
+same either way.
 """
 
 from __future__ import annotations
