@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from typing import cast
+from uuid import UUID
 
 from django.db import connection, models
 from django.db.models.options import Options
@@ -24,6 +25,12 @@ from django.utils import timezone
 from psycopg import Cursor, sql
 
 from sandboxes.staging import adapt, db_type, stage_fields
+
+
+def uuid_array(ids: Iterable[UUID]) -> str:
+    """A PostgreSQL uuid[] literal of these ids (`%s::uuid[]`): one string
+    joined in C, where psycopg dumps a list of UUIDs one element at a time."""
+    return "{" + ",".join(map(str, ids)) + "}"
 
 
 def _field(meta: Options, key: str) -> models.Field:
