@@ -12,6 +12,7 @@ it (sandboxes/reconciler/changes.py).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -33,6 +34,7 @@ from sandboxes.rules.listing import (
 )
 from sandboxes.rules.next_step import Sync
 
+from . import new_records
 from .candidates import judge_leases, list_candidates
 from .predicates import stop_refusals
 
@@ -105,7 +107,9 @@ class SyncResult:
 class _Plan:
     """What one sync writes, gathered from the listing's decision before any write."""
 
-    creates: list[Retirement] = field(default_factory=list)
+    # The new records' fields (new_records.LISTED_FIELDS), not model instances:
+    # on PostgreSQL they go to the database as one document.
+    creates: list[dict] = field(default_factory=list)
     updates: list[Retirement] = field(default_factory=list)
     to_hold: list = field(default_factory=list)
     # Held by the retirement window alone: {record id: when it opens}.
@@ -169,20 +173,22 @@ def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncRe
     return result
 
 
-def _new_record(d: Listed) -> Retirement:
+def _new_record(d: Listed) -> dict:
+    """A created record's fields (new_records.LISTED_FIELDS)."""
     cand = d.candidate
     assert cand is not None  # a created record has its candidate
-    return Retirement(
-        lease_id=cand.lease_id,
-        environment_id=cand.environment_id,
-        provider=cand.provider,
-        provider_lease_id=cand.provider_lease_id,
-        kind=d.kind,
-        stage=d.stage,
-        holds=list(d.holds),
-        hold_reasons=d.reasons,
-        next_attempt_at=d.due_at,
-    )
+    return {
+        "id": uuid.uuid4(),
+        "lease_id": cand.lease_id,
+        "environment_id": cand.environment_id,
+        "provider": cand.provider,
+        "provider_lease_id": cand.provider_lease_id,
+        "kind": d.kind,
+        "stage": d.stage,
+        "holds": list(d.holds),
+        "hold_reasons": d.reasons,
+        "next_attempt_at": d.due_at,
+    }
 
 
 def _stop_refusals(candidates: list[Candidate]) -> dict:
@@ -230,7 +236,7 @@ def _write(plan: _Plan, result: SyncResult, now) -> None:
     if plan.to_dismiss:
         result.dismissed_ids = _dismiss(plan.to_dismiss, now, unclaimed)
         result.dismissed = len(result.dismissed_ids)
-    result.listed_ids = _create(plan.creates)
+    result.listed_ids = new_records.create(plan.creates)
     result.created = len(result.listed_ids)
 
 
@@ -250,25 +256,6 @@ def _wait_for_window(opens: dict, unclaimed: Q, now) -> int:
             .update(stage=Stage.HELD, next_attempt_at=at, updated_at=now)
         )
     return held
-
-
-def _create(creates: list[Retirement]) -> list[str]:
-    """Insert the new records; returns their ids."""
-    if creates:
-        # Belt and braces: a lease whose sandbox was retired is never listed
-        # again on that sandbox (a lease moved since names another one).
-        retired = set(
-            Retirement.objects.filter(
-                lease_id__in=[c.lease_id for c in creates], stage=Stage.RETIRED
-            ).values_list("lease_id", "provider", "provider_lease_id")
-        )
-        creates = [
-            c for c in creates if (c.lease_id, c.provider, c.provider_lease_id) not in retired
-        ]
-    if creates:
-        made = Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None)
-        return [str(c.pk) for c in made]
-    return []
 
 
 def _dismiss(reasons: dict, now, unclaimed: Q) -> list[str]:

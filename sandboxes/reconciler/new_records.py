@@ -1,0 +1,174 @@
+"""The records a listing creates, written in one statement.
+
+On PostgreSQL the new records travel as one JSON document into one
+INSERT … SELECT (`json_to_recordset`, as ingest sends its rows:
+docs/architecture.md, "Recorded"): Django's psycopg backend binds
+client-side, and bulk_create quoted every value of every record into the SQL
+text in Python, most of a first listing's time. The statement also drops the
+leases whose sandbox was retired and ignores conflicts, as the ORM path does.
+Elsewhere (the embedded SQLite) bulk_create writes them.
+
+Either way a new record holds the same fields: the listing's values, the
+model's defaults for the rest, `listed_at` and `updated_at` now.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from django.db import connection, models
+from django.utils import timezone
+
+from sandboxes.models import Retirement
+from sandboxes.models.choices import Stage
+
+# What the listing decides of a new record, in the order `insert` sends them.
+LISTED_FIELDS = (
+    "id",
+    "lease_id",
+    "environment_id",
+    "provider",
+    "provider_lease_id",
+    "kind",
+    "stage",
+    "holds",
+    "hold_reasons",
+    "next_attempt_at",
+)
+STAMPED_FIELDS = ("listed_at", "updated_at")
+
+
+def create(rows: Sequence[dict]) -> list[str]:
+    """Insert new records (`LISTED_FIELDS` each, by attname), but where the
+    record's lease was retired on that very sandbox (a lease moved since names
+    another one); conflicts ignored. Returns the ids of the records it tried,
+    in the rows' order."""
+    if not rows:
+        return []
+    if connection.vendor == "postgresql":
+        return insert(rows)
+    return create_orm(rows)
+
+
+def create_orm(rows: Sequence[dict]) -> list[str]:
+    """The ORM's way: the retired leases read, then bulk_create (2 queries)."""
+    # Belt and braces: a lease whose sandbox was retired is never listed
+    # again on that sandbox (a lease moved since names another one).
+    retired = set(
+        Retirement.objects.filter(
+            lease_id__in=[r["lease_id"] for r in rows], stage=Stage.RETIRED
+        ).values_list("lease_id", "provider", "provider_lease_id")
+    )
+    creates = [
+        Retirement(**r)
+        for r in rows
+        if (r["lease_id"], r["provider"], r["provider_lease_id"]) not in retired
+    ]
+    made = Retirement.objects.bulk_create(creates, ignore_conflicts=True, batch_size=None)
+    return [str(c.pk) for c in made]
+
+
+def insert(rows: Sequence[dict]) -> list[str]:
+    """PostgreSQL: one INSERT … SELECT over one JSON document (1 query).
+
+    A row carries its columns under short keys (`c0`, `c1`, … in
+    `_COLUMNS`' order: the keys repeat on every row) and its holds and hold
+    lines as indexes into two lists of the distinct ones (a fleet's records
+    share a few hundred): a third of the text to quote, send and parse."""
+    holds: dict[bytes, int] = {}
+    reasons: dict[bytes, int] = {}
+    keys = _KEYS
+    document = orjson.dumps(
+        [
+            {
+                **{key: r[name] for key, name in keys},
+                "h": _index(holds, r["holds"]),
+                "w": _index(reasons, r["hold_reasons"]),
+            }
+            for r in rows
+        ]
+    )
+    _, constants = _fields()
+    now = timezone.now()
+    params = [
+        Stage.RETIRED,
+        document.decode(),
+        _listed(holds),
+        _listed(reasons),
+        *(f.get_db_prep_save(value, connection) for f, value in constants),
+        now,
+        now,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_statement(), params)
+        retired = {row[0] for row in cursor.fetchall()}
+    return [str(r["id"]) for r in rows if r["id"] not in retired]
+
+
+# The listed fields a document row carries as columns (holds and hold_reasons
+# travel as indexes: `insert`).
+_COLUMNS = tuple(name for name in LISTED_FIELDS if name not in ("holds", "hold_reasons"))
+_KEYS = tuple((f"c{i}", name) for i, name in enumerate(_COLUMNS))
+
+
+def _index(distinct: dict[bytes, int], value: Any) -> int:
+    return distinct.setdefault(orjson.dumps(value), len(distinct))
+
+
+def _listed(distinct: dict[bytes, int]) -> str:
+    """The distinct values as one JSON array, in index order."""
+    return "[" + ",".join(v.decode() for v in distinct) + "]"
+
+
+@functools.cache
+def _fields() -> tuple[dict[str, models.Field], list[tuple[models.Field, Any]]]:
+    """The listed fields by name, and (field, default) for every other column
+    the model gives a value (nullable ones without a default are left NULL)."""
+    meta = Retirement._meta
+    listed = {name: meta.get_field(name) for name in LISTED_FIELDS}  # attnames resolve too
+    constants = []
+    for f in meta.concrete_fields:
+        if f in listed.values() or f.name in STAMPED_FIELDS:
+            continue
+        value = f.get_default()
+        if value is not None:
+            constants.append((f, value))
+        elif not f.null:
+            raise ValueError(f"Retirement.{f.name} has no value and no default")
+    return listed, constants
+
+
+@functools.cache
+def _statement() -> str:
+    """`r` is the document's rows, each flagged `retired` when its lease's
+    record on that sandbox was retired; the INSERT writes the others, and the
+    statement returns the retired ones' ids. Parameters: the retired stage, the
+    document, the distinct holds and hold lines, each constant, then
+    listed_at and updated_at."""
+    qn = connection.ops.quote_name
+    meta = Retirement._meta
+    listed, constants = _fields()
+    key = {name: k for k, name in _KEYS}
+    record = ", ".join(f"{key[name]} {listed[name].db_type(connection)}" for name in _COLUMNS)
+    stamped = [meta.get_field(name) for name in STAMPED_FIELDS]
+    columns = [listed[name].column for name in _COLUMNS] + [
+        f.column for f in (listed["holds"], listed["hold_reasons"], *(f for f, _ in constants))
+    ]
+    values = [f"r.{key[name]}" for name in _COLUMNS] + ["%s::jsonb -> r.h", "%s::jsonb -> r.w"]
+    values += [f"%s::{f.db_type(connection)}" for f, _ in constants]
+    columns += [f.column for f in stamped]
+    values += [f"%s::{f.db_type(connection)}" for f in stamped]
+    table = qn(meta.db_table)
+    return (
+        "WITH r AS MATERIALIZED ("
+        f" SELECT r.*, EXISTS (SELECT 1 FROM {table} x WHERE x.lease_id = r.{key['lease_id']}"
+        f" AND x.stage = %s AND x.provider = r.{key['provider']}"
+        f" AND x.provider_lease_id = r.{key['provider_lease_id']}) AS retired"
+        f" FROM json_to_recordset(%s::json) AS r({record}, h int, w int)"
+        f"), made AS (INSERT INTO {table} ({', '.join(map(qn, columns))})"
+        f" SELECT {', '.join(values)} FROM r WHERE NOT r.retired ON CONFLICT DO NOTHING)"
+        f" SELECT r.{key['id']} FROM r WHERE retired"
+    )
