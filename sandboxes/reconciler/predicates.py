@@ -26,12 +26,16 @@ from sandboxes.models.choices import (
 )
 from sandboxes.rules import paperclip as rules
 
+from .candidates import fetch_rows
+
 
 def _str(value) -> str | None:
     return None if value is None else str(value)
 
 
-def lease_view(lease: EnvironmentLease | LeaseRow, *, stop_only_pending: bool = False) -> rules.Lease:
+def lease_view(
+    lease: EnvironmentLease | LeaseRow, *, stop_only_pending: bool = False
+) -> rules.Lease:
     return rules.Lease(
         id=str(lease.pk),
         status=lease.status,
@@ -173,9 +177,11 @@ def stop_refusals(lease_ids) -> dict:
     ids = set(lease_ids)
     if not ids:
         return {}
-    rows = Receipt.objects.filter(
-        lease_id__in=_any_of(ids), kind=ReceiptKind.TERMINATION
-    ).values_list(*_ROW_FIELDS)
+    rows = fetch_rows(
+        Receipt.objects.filter(lease_id__in=_any_of(ids), kind=ReceiptKind.TERMINATION).values_list(
+            *_ROW_FIELDS
+        )
+    )
     receipts: dict = defaultdict(list)
     leases: dict = {}
     split = len(ReceiptRow._fields)
