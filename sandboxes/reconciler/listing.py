@@ -12,7 +12,9 @@ it (sandboxes/reconciler/changes.py).
 
 from __future__ import annotations
 
+import gc
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -148,7 +150,30 @@ class _Plan:
         return plan
 
 
+@contextmanager
+def _without_gc():
+    """No cyclic garbage collection during a sync. A first sync at 1M leases
+    allocates ~100,000 short-lived objects (rows, facts, decisions) that form
+    no cycles; the collector ran ~90 times meanwhile, once over every live
+    object of the process, ~0.1 s of the sync. Reference counting frees them
+    as before, and the collector runs again after (it was off already: left
+    off)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def sync_retirements(environment_id=None, now: datetime | None = None) -> SyncResult:
+    with _without_gc():
+        return _sync(environment_id, now)
+
+
+def _sync(environment_id, now: datetime | None) -> SyncResult:
     now = now or timezone.now()
     result = SyncResult()
     # Open records FIRST, candidates second. The listing is two statements, and
