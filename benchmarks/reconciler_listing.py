@@ -280,6 +280,13 @@ def line(label: str, seconds: float, floor: float, queries: int | None = None, n
     )
 
 
+def first_sync(sync_retirements, floor: float) -> int:
+    """The sync that creates every record, beside the floor; its query count."""
+    seconds, queries, _, first = timed(sync_retirements, 1)
+    line("first sync (target < 2x floor)", seconds, floor, queries, f"{first.created:,} created")
+    return queries
+
+
 def floor_line(raw: int, nojit: float, jit: float) -> None:
     print(
         f"  {'floor: raw SQL count, JIT off':<38} {nojit * 1000:7.0f} ms"
@@ -315,14 +322,7 @@ def old_fleet(sizes: list[int], repeat: int, counts: dict) -> None:
             queries,
             f"{len(evaluated):,} candidates, {held:,} held",
         )
-        first_seconds, first_queries, _, first = timed(sync_retirements, 1)
-        line(
-            "first sync (target < 2x floor)",
-            first_seconds,
-            nojit,
-            first_queries,
-            f"{first.created:,} created",
-        )
+        first_queries = first_sync(sync_retirements, nojit)
         sync_seconds, sync_queries, writes, _ = timed(sync_retirements, repeat)
         line(
             "listing + holds + sync, unchanged",
@@ -371,14 +371,7 @@ def year_fleet(sizes: list[int], repeat: int, per_kept: int, counts: dict) -> No
             queries,
             f"{len(evaluated):,} candidates, {held:,} held",
         )
-        first_seconds, first_queries, _, first = timed(sync_retirements, 1)
-        line(
-            "first sync (target < 2x floor)",
-            first_seconds,
-            nojit,
-            first_queries,
-            f"{first.created:,} created",
-        )
+        first_queries = first_sync(sync_retirements, nojit)
         # A few operator holds, as an operator would leave them.
         for pk in Retirement.objects.values_list("pk", flat=True)[:: max(per_kept // 4, 1)][:50]:
             Retirement.objects.filter(pk=pk).update(operator_hold_reason="bench: keep for now")
