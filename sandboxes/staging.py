@@ -52,6 +52,31 @@ def db_type(field: models.Field) -> str:
     return found
 
 
+def model_defaults(
+    model: type[models.Model], given: set[models.Field]
+) -> list[tuple[models.Field, object]]:
+    """(field, value): the model's defaults for every column but its primary
+    key and the `given` ones, as the ORM would write them (the default, ""
+    for blank text); a nullable column without a default is left NULL."""
+    constants = []
+    for f in model._meta.concrete_fields:
+        if f in given or f.primary_key:
+            continue
+        value = f.get_default()
+        if value is not None:
+            constants.append((f, value))
+        elif not f.null:
+            raise ValueError(f"{model.__name__}.{f.name} has no value and no default")
+    return constants
+
+
+def uuid_array(ids: Iterable[uuid.UUID]) -> str:
+    """A PostgreSQL uuid[] literal of these ids (`%s::uuid[]`): one string
+    joined in C, where psycopg dumps a list of UUIDs one element at a time and
+    Django's client-side binding quotes each on its own."""
+    return "{" + ",".join(map(str, ids)) + "}"
+
+
 def raw_cursor() -> Cursor:
     """A psycopg cursor on Django's connection (server-side binding, COPY);
     the caller closes it. Inside a transaction: staged rows live until commit."""

@@ -17,20 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from typing import cast
-from uuid import UUID
 
 from django.db import connection, models
 from django.db.models.options import Options
 from django.utils import timezone
 from psycopg import Cursor, sql
 
-from sandboxes.staging import adapt, db_type, stage_fields
-
-
-def uuid_array(ids: Iterable[UUID]) -> str:
-    """A PostgreSQL uuid[] literal of these ids (`%s::uuid[]`): one string
-    joined in C, where psycopg dumps a list of UUIDs one element at a time."""
-    return "{" + ",".join(map(str, ids)) + "}"
+from sandboxes.staging import adapt, db_type, model_defaults, stage_fields
 
 
 def _field(meta: Options, key: str) -> models.Field:
@@ -66,7 +59,7 @@ def upsert(
     keys = _keys_stamped(meta, rows)
     # A record's keys are field names or attnames ("lease_id"): both resolve.
     fields = [_field(meta, key) for key in keys]
-    constants = _constants(model, set(fields))
+    constants = model_defaults(model, set(fields))
     if not connection.in_atomic_block:
         # The staging table empties at every commit: COPY and INSERT must share one.
         raise RuntimeError("bulk.upsert runs inside transaction.atomic()")
@@ -111,21 +104,6 @@ def _keys_stamped(meta: Options, rows: list[dict]) -> list[str]:
     return keys
 
 
-def _constants(model: type[models.Model], given: set) -> list[tuple[models.Field, object]]:
-    """(field, value): the model's defaults for what no record carries, as the
-    ORM would write them (the default, "" for blank text)."""
-    constants = []
-    for f in model._meta.concrete_fields:
-        if f in given or f.primary_key:
-            continue
-        value = f.get_default()
-        if value is not None:
-            constants.append((f, value))
-        elif not f.null:
-            raise ValueError(f"{model.__name__}.{f.name} has no value and no default")
-    return constants
-
-
 def placeholders(model, ids: list, now: datetime) -> tuple[sql.Composed, list]:
     """(statement, parameters) inserting a placeholder row per id into `model`,
     ON CONFLICT (id) DO NOTHING: INSERT … SELECT FROM unnest(ids). The row holds
@@ -142,7 +120,7 @@ def placeholders(model, ids: list, now: datetime) -> tuple[sql.Composed, list]:
         else:
             given[name] = default
     named = {_field(meta, k) for k in (*given, *model.placeholder_defaults)}
-    constants = _constants(model, named) + [(_field(meta, k), v) for k, v in given.items()]
+    constants = model_defaults(model, named) + [(_field(meta, k), v) for k, v in given.items()]
     names = [sql.Identifier(f"v{i}") for i in range(len(arrays))]
     statement = sql.SQL(
         "INSERT INTO {t} ({cols}) SELECT {sel} FROM unnest({arrays}) AS u({names})"

@@ -36,6 +36,7 @@ from sandboxes.models.choices import (
     TerminationState,
 )
 from sandboxes.models.mirror import MirroredModel
+from sandboxes.staging import uuid_array
 
 from . import bulk
 from .lease_metadata import export_id, intent_id
@@ -133,7 +134,7 @@ def _settle(rows: list[Row], report: MirrorReport) -> None:
                     " THEN %s::text ELSE %s::text END, updated_at = %s"
                     " WHERE id = ANY(%s::uuid[]) AND state = 'pending'"
                 ).format(sql.Identifier(table)),
-                [bulk.uuid_array(stopped), done, gone, timezone.now(), bulk.uuid_array(ids)],
+                [uuid_array(stopped), done, gone, timezone.now(), uuid_array(ids)],
             )
             report.settled += cur.rowcount
 
@@ -150,7 +151,7 @@ def _moves(rows: list[Row], report: MirrorReport, counts: TableCounts) -> list[R
             f"SELECT id, provider, provider_lease_id, source_updated_at"
             f" FROM {EnvironmentLease._meta.db_table}"
             " WHERE id = ANY(%s::uuid[]) AND NOT placeholder ORDER BY id FOR UPDATE",
-            [bulk.uuid_array(row.pk for row in rows)],
+            [uuid_array(row.pk for row in rows)],
         )
         held = {pk: (provider, sandbox, at) for pk, provider, sandbox, at in cursor.fetchall()}
     keep, moved = [], []

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from sandboxes.models import Retirement
 from sandboxes.models.choices import Stage
+from sandboxes.staging import model_defaults
 
 # What the listing decides of a new record, in the order `insert` sends them.
 LISTED_FIELDS = (
@@ -133,16 +134,8 @@ def _fields() -> tuple[dict[str, models.Field], list[tuple[models.Field, Any]]]:
     """The listed fields by name, and (field, default) for every other column
     the model gives a value (nullable ones without a default are left NULL)."""
     listed = {name: _field(name) for name in LISTED_FIELDS}
-    constants = []
-    for f in Retirement._meta.concrete_fields:
-        if f in listed.values() or f.name in STAMPED_FIELDS:
-            continue
-        value = f.get_default()
-        if value is not None:
-            constants.append((f, value))
-        elif not f.null:
-            raise ValueError(f"Retirement.{f.name} has no value and no default")
-    return listed, constants
+    given = {*listed.values(), *(_field(name) for name in STAMPED_FIELDS)}
+    return listed, model_defaults(Retirement, given)
 
 
 @functools.cache

@@ -25,6 +25,7 @@ from sandboxes.models.choices import (
     ReceiptKind,
 )
 from sandboxes.rules import paperclip as rules
+from sandboxes.staging import uuid_array
 
 from .candidates import fetch_rows
 
@@ -166,7 +167,7 @@ def _any_of(ids: set) -> Any:
     few thousand ids; the array is probed id by id."""
     if connection.vendor != "postgresql":
         return ids
-    return RawSQL("SELECT unnest(%s::uuid[])", ["{" + ",".join(map(str, ids)) + "}"])
+    return RawSQL("SELECT unnest(%s::uuid[])", [uuid_array(ids)])
 
 
 def stop_refusals(lease_ids) -> dict:
