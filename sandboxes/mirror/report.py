@@ -29,6 +29,9 @@ class TableCounts:
     # Read fine, but a lease with no provider_lease_id (a local or ssh lease):
     # neither mirrored nor skipped (translate.NotASandbox).
     not_sandbox: int = 0
+    # Read again behind the cursor, unchanged since the last iteration wrote
+    # them: counted in `read`, not written (cursor.Window).
+    unchanged: int = 0
 
 
 @dataclass
@@ -42,6 +45,8 @@ class MirrorReport:
     tables_missing: list[str] = field(default_factory=list)
     columns_missing: list[str] = field(default_factory=list)  # "table.column"
     seconds: float = 0.0
+    # Paperclip's snapshot was the last complete iteration's: nothing was read.
+    source_unchanged: bool = False
 
     @property
     def rows_read(self) -> int:
@@ -50,6 +55,10 @@ class MirrorReport:
     @property
     def rows_mirrored(self) -> int:
         return sum(t.applied for t in self.tables.values())
+
+    @property
+    def unchanged(self) -> int:
+        return sum(t.unchanged for t in self.tables.values())
 
     @property
     def skipped(self) -> int:
@@ -75,13 +84,16 @@ class MirrorReport:
         """One line: rows mirrored, leases that are not a sandbox, skipped by
         reason, quarantined by reason, tables (and columns) missing."""
         parts = [f"{name} {c.applied}/{c.read}" for name, c in self.tables.items() if c.read]
+        idle = "nothing changed" + (" since the last iteration" if self.source_unchanged else "")
         line = (
             f"mirrored {self.rows_mirrored} of {self.rows_read} rows read from {self.source}"
-            f" in {self.seconds:.1f}s ({', '.join(parts) or 'nothing changed'});"
+            f" in {self.seconds:.1f}s ({', '.join(parts) or idle});"
             f" {self.receipts} new receipts, {self.intents} pending intents and exports,"
             f" {self.settled} settled"
         )
         skipped, quarantined = self.by_reason("skipped"), self.by_reason("quarantined")
+        if self.unchanged:
+            line += f"; {self.unchanged} read again unchanged"
         line += f"; not a sandbox: {self.not_sandbox}"
         line += f"; skipped {self.skipped}" + (f" ({self._reasons(skipped)})" if skipped else "")
         line += f"; quarantined {self.quarantined}" + (

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow, dict_row, tuple_row
 
 # The mirror reads every Paperclip row as a dict (the connection's row factory).
 Connection = psycopg.Connection[DictRow]
@@ -34,6 +34,30 @@ def describe(conn: Connection) -> str:
     """host:port/dbname, never the password: the cursor key and log label."""
     info = conn.info
     return f"{info.host}:{info.port}/{info.dbname}"
+
+
+def snapshot(conn: Connection) -> str | None:
+    """What this transaction sees of the source, as one string: the database,
+    the server's start and the transaction's snapshot (xmin:xmax:in-progress).
+    Equal strings, equal data in every table: any write that committed since
+    moved xmax or the in-progress list, a dropped and recreated database has
+    another oid, a restarted or other server another start. None before
+    PostgreSQL 13 (no pg_current_snapshot): every iteration reads.
+
+    Must be the transaction's first statement under REPEATABLE READ: the
+    snapshot it reports is the one every later read uses."""
+    if conn.info.server_version < 130000:
+        return None
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(
+            "SELECT d.oid, pg_postmaster_start_time(), pg_current_snapshot()::text"
+            " FROM pg_catalog.pg_database d WHERE d.datname = current_database()"
+        )
+        row = cur.fetchone()
+    if row is None:  # pragma: no cover - current_database() is always listed
+        return None
+    oid, started, visible = row
+    return f"{oid}/{started.isoformat()}/{visible}"
 
 
 def columns_by_table(conn: Connection, tables: Iterable[str]) -> dict[str, set[str]]:

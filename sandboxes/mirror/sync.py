@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 
 from . import source
-from .cursor import CursorStore
+from .cursor import CursorStore, Position, Window
 from .report import MirrorReport, TableCounts
 from .tables import TABLES, Table
 from .write import apply_page
@@ -66,34 +66,52 @@ def mirror_once(
     report = MirrorReport(source=source.describe(conn))
     try:
         store = CursorStore(report.source)
-        cursors = {} if full else store.load()
+        position = Position() if full else store.load_position()
         with conn.transaction():
+            # First: the snapshot every read below sees.
+            snapshot = source.snapshot(conn)
+            report.source_unchanged = snapshot is not None and snapshot == position.snapshot
+            position.snapshot = None  # until this iteration completes
             schema = source.columns_by_table(conn, [t.name for t in TABLES])
             for table in TABLES:
                 report.tables.setdefault(table.name, TableCounts())
                 columns = readable_columns(table, schema.get(table.name), report)
-                if columns is None:
-                    continue
-                since = cursors.get(table.name)
-                newest: datetime | None = None
-                for page in source.changed_rows(
-                    conn,
-                    table.name,
-                    table.pk,
-                    columns,
-                    since - overlap if since else None,
-                    batch_size,
-                ):
-                    apply_page(table, page, report)
-                    newest = page[-1]["updated_at"]
-                if newest is not None and (since is None or newest > since):
-                    cursors[table.name] = newest
-                    store.save(cursors)
+                if columns is not None and not report.source_unchanged:
+                    _mirror_table(
+                        conn, table, columns, position, store, report, overlap, batch_size
+                    )
+        if not report.source_unchanged:
+            position.snapshot = snapshot
+            store.save_position(position)
     finally:
         if own_conn:
             conn.close()
     report.seconds = time.monotonic() - started
     return report
+
+
+def _mirror_table(conn, table, columns, position, store, report, overlap, batch_size) -> None:
+    """Mirror one table's rows changed since its cursor, page by page; a row
+    read again behind the cursor that has not changed since the last iteration
+    wrote it is counted, not written again (`cursor.Window`)."""
+    since = position.cursors.get(table.name)
+    window = Window(table.pk, overlap, position.seen.get(table.name, {}))
+    newest: datetime | None = None
+    for page in source.changed_rows(
+        conn, table.name, table.pk, columns, since - overlap if since else None, batch_size
+    ):
+        fresh, notes = window.split(page)
+        counts = report.tables[table.name]
+        counts.read += len(page) - len(fresh)
+        counts.unchanged += len(page) - len(fresh)
+        if fresh:
+            apply_page(table, fresh, report)
+        window.note(notes)
+        newest = page[-1]["updated_at"]
+    position.seen[table.name] = window.seen(newest)
+    if newest is not None and (since is None or newest > since):
+        position.cursors[table.name] = newest
+        store.save_position(position)  # a long first iteration keeps what it did
 
 
 def follow(
