@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from .codes import STAGES_CLOSED, Stage
+from .frozen import build
 from .holds import (
     LeaseFacts,
     blocking_holds,
@@ -206,27 +207,30 @@ class _Judge:
             # The window alone: the record waits for its opening, notice kept.
             opens = window_opens(self.facts(cand), blocking, self.now)
             due = opens or due
-        return Listed(
-            Does.TRACK,
-            _sandbox(rec),
-            rec,
-            kind,
-            tuple(holds),
-            tuple(blocking),
-            reasons,
-            sync,
-            stage,
-            due,
-            is_claimed,
+        return build(
+            Listed,
+            does=Does.TRACK,
+            sandbox=_sandbox(rec),
+            record=rec,
+            kind=kind,
+            holds=tuple(holds),
+            blocking=tuple(blocking),
+            reasons=reasons,
+            sync=sync,
+            stage=stage,
+            due_at=due,
+            claimed=is_claimed,
+            reason="",
             candidate=cand,
             window_opens=opens,
         )
 
     def create(self, cand: Candidate, kind: str) -> Listed:
-        """A candidate without a record: the one the listing creates."""
-        holds = self.holds(cand, kind)
-        blocking = blocking_holds(holds, kind)
+        """A candidate without a record: the one the listing creates (a first
+        sync makes thousands: its Listed built in one update, sandboxes/rules/frozen.py)."""
         facts = self.facts(cand)
+        holds = compute_holds(facts, kind, now=self.now)
+        blocking = blocking_holds(holds, kind)
         reasons = explain(holds, facts, stop_refusal=self.refusals.get(cand.lease_id, ""))
         stage, due = new_record_state(
             blocking=blocking,
@@ -234,17 +238,20 @@ class _Judge:
             now=self.now,
         )
         opens = window_opens(facts, blocking, self.now)
-        sandbox = (cand.provider, cand.provider_lease_id)
-        return Listed(
-            Does.CREATE,
-            sandbox,
-            None,
-            kind,
-            tuple(holds),
-            tuple(blocking),
-            reasons,
+        return build(
+            Listed,
+            does=Does.CREATE,
+            sandbox=(cand.provider, cand.provider_lease_id),
+            record=None,
+            kind=kind,
+            holds=tuple(holds),
+            blocking=tuple(blocking),
+            reasons=reasons,
+            sync=None,
             stage=stage,
             due_at=opens or due,
+            claimed=False,
+            reason="",
             candidate=cand,
             window_opens=opens,
         )
