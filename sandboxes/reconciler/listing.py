@@ -123,10 +123,11 @@ class _Plan:
     @classmethod
     def of(cls, decisions: list[Listed]) -> _Plan:
         plan = cls()
+        ids = iter(new_records.new_ids(sum(d.does is Does.CREATE for d in decisions)))
         for d in decisions:
             rec = d.record
             if d.does is Does.CREATE:
-                plan.creates.append(_new_record(d))
+                plan.creates.append(_new_record(d, next(ids)))
             elif d.does is Does.DISMISS and rec is not None:
                 plan.to_dismiss[rec["id"]] = d.reason
             elif d.does is Does.WAKE and rec is not None:
@@ -198,12 +199,12 @@ def _sync(environment_id, now: datetime | None) -> SyncResult:
     return result
 
 
-def _new_record(d: Listed) -> dict:
-    """A created record's fields (new_records.LISTED_FIELDS)."""
+def _new_record(d: Listed, pk: uuid.UUID) -> dict:
+    """A created record's fields (new_records.LISTED_FIELDS), `pk` its id."""
     cand = d.candidate
     assert cand is not None  # a created record has its candidate
     return {
-        "id": uuid.uuid4(),
+        "id": pk,
         "lease_id": cand.lease_id,
         "environment_id": cand.environment_id,
         "provider": cand.provider,

@@ -15,6 +15,9 @@ model's defaults for the rest, `listed_at` and `updated_at` now.
 from __future__ import annotations
 
 import functools
+import operator
+import os
+import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -40,6 +43,21 @@ LISTED_FIELDS = (
     "next_attempt_at",
 )
 STAMPED_FIELDS = ("listed_at", "updated_at")
+
+# The bits uuid.uuid4() sets in its 16 random bytes: version 4, RFC 4122 variant.
+_V4_KEEP = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_V4_SET = (4 << 76) | (0x8000 << 48)
+
+
+def new_ids(n: int) -> list[uuid.UUID]:
+    """n new record ids, each what uuid.uuid4() makes (16 bytes of os.urandom,
+    version and variant set), the bytes read in one call: half the time of n
+    uuid4() calls, a first sync's thousands of records."""
+    data = os.urandom(16 * n)
+    return [
+        uuid.UUID(int=int.from_bytes(data[i : i + 16], "big") & _V4_KEEP | _V4_SET)
+        for i in range(0, 16 * n, 16)
+    ]
 
 
 def create(rows: Sequence[dict]) -> list[str]:
@@ -81,14 +99,14 @@ def insert(rows: Sequence[dict]) -> list[str]:
     share a few hundred): half the text to quote, send and parse."""
     holds: dict[bytes, int] = {}
     reasons: dict[bytes, int] = {}
-    keys = _KEYS
+    keys, columns = _KEYS, _COLUMNS_OF
     document = orjson.dumps(
         [
-            {
-                **{key: r[name] for key, name in keys},
-                "h": _index(holds, r["holds"]),
-                "w": _index(reasons, r["hold_reasons"]),
-            }
+            dict(
+                zip(keys, columns(r), strict=False),  # both _COLUMNS long
+                h=_index(holds, r["holds"]),
+                w=_index(reasons, r["hold_reasons"]),
+            )
             for r in rows
         ]
     )
@@ -106,13 +124,15 @@ def insert(rows: Sequence[dict]) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(_statement(), params)
         retired = {row[0] for row in cursor.fetchall()}
-    return [str(r["id"]) for r in rows if r["id"] not in retired]
+    # str() of each id, in C: orjson writes a UUID as str() does.
+    return orjson.loads(orjson.dumps([r["id"] for r in rows if r["id"] not in retired]))
 
 
 # The listed fields a document row carries as columns (holds and hold_reasons
-# travel as indexes: `insert`).
+# travel as indexes: `insert`), their short keys, and the row's values of them.
 _COLUMNS = tuple(name for name in LISTED_FIELDS if name not in ("holds", "hold_reasons"))
-_KEYS = tuple((f"c{i}", name) for i, name in enumerate(_COLUMNS))
+_KEYS = tuple(f"c{i}" for i in range(len(_COLUMNS)))
+_COLUMNS_OF = operator.itemgetter(*_COLUMNS)
 
 
 def _index(distinct: dict[bytes, int], value: Any) -> int:
@@ -148,7 +168,7 @@ def _statement() -> str:
     qn = connection.ops.quote_name
     meta = Retirement._meta
     listed, constants = _fields()
-    key = {name: k for k, name in _KEYS}
+    key = dict(zip(_COLUMNS, _KEYS, strict=True))
     record = ", ".join(f"{key[name]} {listed[name].db_type(connection)}" for name in _COLUMNS)
     stamped = [_field(name) for name in STAMPED_FIELDS]
     columns = [listed[name].column for name in _COLUMNS] + [
