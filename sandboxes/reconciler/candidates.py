@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import operator
+import re
 import uuid
 from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import reduce
+from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
@@ -41,6 +45,8 @@ from django.db.models import (
 from django.db.models.functions import Concat
 from django.db.models.lookups import IsNull
 from psycopg import adapters as psycopg_adapters
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
 from psycopg.postgres import types as psycopg_types
 from psycopg.pq import Format
 
@@ -415,9 +421,20 @@ def _listing_sql(alias: str, environment_id) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-# psycopg's own (C) text loader for timestamptz, and its jsonb loader.
+# psycopg's own (C) text loader for timestamptz.
 _PG_TIMESTAMPTZ = psycopg_adapters.get_loader(psycopg_types["timestamptz"].oid, Format.TEXT)
-_PG_JSONB = psycopg_adapters.get_loader(psycopg_types["jsonb"].oid, Format.TEXT)
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+
+
+class _JsonbLoader(Loader):
+    """jsonb decoded as Django's JSONField does (json.loads), by orjson (~5x
+    faster): the two read PostgreSQL's jsonb alike but for integers beyond 64
+    bits (orjson's are floats), so a run of 19 digits goes to json.loads."""
+
+    def load(self, data: Buffer) -> Any:
+        if _LONG_NUMBER.search(data):
+            return json.loads(bytes(data))
+        return orjson.loads(data)
 
 
 def fetch_rows(rows: QuerySet) -> list[tuple]:
@@ -427,7 +444,7 @@ def fetch_rows(rows: QuerySet) -> list[tuple]:
     value, a tenth of a listing at 100k leases) that only swaps the tzinfo for
     Django's; psycopg's own loader returns the same aware datetimes (the session
     time zone is Django's, set on connect). Django reads jsonb as text for
-    JSONField to decode with json.loads; psycopg's jsonb loader does the same.
+    JSONField to decode with json.loads; `_JsonbLoader` decodes the same.
     No other field read here has a converter that changes a psycopg value
     (tests/reconciler/test_candidates.py checks the listing's rows are
     Django's, and tests/reconciler/test_paperclip_predicates.py the stop
@@ -444,7 +461,7 @@ def _psycopg_rows() -> bool:
 def _fetch_sql(sql: str, params: Sequence) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.cursor.adapters.register_loader("timestamptz", _PG_TIMESTAMPTZ)
-        cursor.cursor.adapters.register_loader("jsonb", _PG_JSONB)
+        cursor.cursor.adapters.register_loader("jsonb", _JsonbLoader)
         cursor.execute(sql, params)
         return cursor.fetchall()
 

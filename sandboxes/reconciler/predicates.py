@@ -25,6 +25,7 @@ from sandboxes.models.choices import (
     ReceiptKind,
 )
 from sandboxes.rules import paperclip as rules
+from sandboxes.rules.frozen import build
 from sandboxes.staging import uuid_array
 
 from .candidates import fetch_rows
@@ -37,18 +38,51 @@ def _str(value) -> str | None:
 def lease_view(
     lease: EnvironmentLease | LeaseRow, *, stop_only_pending: bool = False
 ) -> rules.Lease:
-    return rules.Lease(
-        id=str(lease.pk),
-        status=lease.status,
-        provider=lease.provider or None,
-        provider_lease_id=lease.provider_lease_id or None,
-        heartbeat_run_id=_str(lease.heartbeat_run_id),
-        acquired_at=lease.acquired_at,
-        released_at=lease.released_at,
-        expires_at=lease.expires_at,
-        cleanup_status=lease.cleanup_status,
-        company_id=_str(lease.company_id),
-        metadata=lease.metadata or {},
+    return _lease(
+        lease.pk,
+        lease.status,
+        lease.provider,
+        lease.provider_lease_id,
+        lease.heartbeat_run_id,
+        lease.acquired_at,
+        lease.released_at,
+        lease.expires_at,
+        lease.cleanup_status,
+        lease.company_id,
+        lease.metadata,
+        stop_only_pending,
+    )
+
+
+def _lease(
+    pk,
+    status,
+    provider,
+    provider_lease_id,
+    heartbeat_run_id,
+    acquired_at,
+    released_at,
+    expires_at,
+    cleanup_status,
+    company_id,
+    metadata,
+    stop_only_pending=False,
+) -> rules.Lease:
+    """lease_view of a lease's values, in LeaseRow's order (stop_refusals reads
+    them as a row; rules.Lease built in one update, sandboxes/rules/frozen.py)."""
+    return build(
+        rules.Lease,
+        id=str(pk),
+        status=status,
+        provider=provider or None,
+        provider_lease_id=provider_lease_id or None,
+        heartbeat_run_id=_str(heartbeat_run_id),
+        acquired_at=acquired_at,
+        released_at=released_at,
+        expires_at=expires_at,
+        cleanup_status=cleanup_status,
+        company_id=_str(company_id),
+        metadata=metadata or {},
         stop_only_pending=stop_only_pending,
     )
 
@@ -61,7 +95,35 @@ def _field(payload: dict, camel: str, snake: str):
 
 
 def receipt_view(receipt: Receipt | ReceiptRow) -> rules.Receipt:
-    payload = receipt.payload or {}
+    return _receipt(
+        receipt.kind,
+        receipt.lease_id,
+        receipt.run_id,
+        receipt.provider_lease_id,
+        receipt.confirmed_at,
+        receipt.state,
+        receipt.schema,
+        receipt.company_id,
+        receipt.payload,
+        receipt.request_id,
+    )
+
+
+def _receipt(
+    kind,
+    lease_id,
+    run_id,
+    provider_lease_id,
+    confirmed_at,
+    state,
+    schema,
+    company_id,
+    payload,
+    request_id,
+) -> rules.Receipt:
+    """receipt_view of a receipt's values, in ReceiptRow's order (stop_refusals
+    reads them as a row; rules.Receipt built in one update)."""
+    payload = payload or {}
     # The request id as the reporter sent it: the mirror flags one Paperclip's
     # receipt lacked, and ingest keeps what the client sent (None if nothing) in
     # the payload, while the column falls back to the event id.
@@ -69,18 +131,17 @@ def receipt_view(receipt: Receipt | ReceiptRow) -> rules.Receipt:
         request_id = ""
     elif "request_id" in payload:
         request_id = payload["request_id"] or ""
-    else:
-        request_id = receipt.request_id
     text = payload.get("confirmedAt")
-    return rules.Receipt(
-        kind=receipt.kind,
-        lease_id=str(receipt.lease_id),
-        run_id=_str(receipt.run_id),
-        provider_lease_id=receipt.provider_lease_id,
-        confirmed_at=receipt.confirmed_at,
-        state=receipt.state,
-        schema=receipt.schema,
-        company_id=_str(receipt.company_id),
+    return build(
+        rules.Receipt,
+        kind=kind,
+        lease_id=str(lease_id),
+        run_id=_str(run_id),
+        provider_lease_id=provider_lease_id,
+        confirmed_at=confirmed_at,
+        state=state,
+        schema=schema,
+        company_id=_str(company_id),
         provider=_field(payload, "provider", "provider"),
         request_id=request_id,
         confirmed_at_text=text if isinstance(text, str) else None,
@@ -183,16 +244,16 @@ def stop_refusals(lease_ids) -> dict:
             *_ROW_FIELDS
         )
     )
+    # Plain tuples, not ReceiptRow and LeaseRow: their values go straight to the views.
     receipts: dict = defaultdict(list)
     leases: dict = {}
     split = len(ReceiptRow._fields)
     for row in rows:
-        receipt = ReceiptRow._make(row[:split])
-        receipts[receipt.lease_id].append(receipt_view(receipt))
-        leases.setdefault(receipt.lease_id, row[split:])
+        receipts[row[1]].append(_receipt(*row[:split]))  # row[1]: the receipt's lease_id
+        leases.setdefault(row[1], row[split:])
     # A lease with no termination receipt at all needs no more words than the
     # hold's own ("no confirmed stop receipt ... yet").
     return {
-        pk: rules.stopped_termination_refusal(lease_view(LeaseRow._make(lease)), receipts[pk])
+        pk: rules.stopped_termination_refusal(_lease(*lease), receipts[pk])
         for pk, lease in leases.items()
     }
