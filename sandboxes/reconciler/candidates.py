@@ -15,17 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import operator
-import re
 import uuid
-from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import reduce
-from typing import Any
 
-import orjson
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
     BooleanField,
@@ -44,11 +38,6 @@ from django.db.models import (
 )
 from django.db.models.functions import Concat
 from django.db.models.lookups import IsNull
-from psycopg import adapters as psycopg_adapters
-from psycopg.abc import Buffer
-from psycopg.adapt import Loader
-from psycopg.postgres import types as psycopg_types
-from psycopg.pq import Format
 
 from sandboxes.models import (
     EnvironmentLease,
@@ -82,6 +71,7 @@ from .proof_facts import (
     recovery_words,
     stop_receipt,
 )
+from .rows import fetch_rows, fetch_sql, psycopg_rows
 
 KEPT_RESTORE_STATUSES = (LeaseStatus.RELEASED, LeaseStatus.FAILED, LeaseStatus.RETAINED)
 # A sandbox that still exists at the provider, as far as the lease row says.
@@ -405,8 +395,8 @@ def list_candidates(environment_id=None) -> list[Candidate]:
     """Every candidate (newest row per sandbox, complete graph) with its hold facts:
     one SELECT (plus SET LOCAL jit on PostgreSQL)."""
     with _without_jit():
-        if _psycopg_rows():
-            rows = _fetch_sql(*_listing_sql(connection.alias, environment_id))
+        if psycopg_rows():
+            rows = fetch_sql(*_listing_sql(connection.alias, environment_id))
         else:
             rows = list(_listable(environment_id).values_list(*FACT_FIELDS))
     return [_to_candidate(row) for row in rows if not row[_NEWER_LEASE]]
@@ -419,51 +409,6 @@ def _listing_sql(alias: str, environment_id) -> tuple[str, tuple]:
     them on every listing (a tenth of one at 1M leases)."""
     sql, params = _listable(environment_id).values_list(*FACT_FIELDS).query.sql_with_params()
     return sql, tuple(params)
-
-
-# psycopg's own (C) text loader for timestamptz.
-_PG_TIMESTAMPTZ = psycopg_adapters.get_loader(psycopg_types["timestamptz"].oid, Format.TEXT)
-_LONG_NUMBER = re.compile(rb"[0-9]{19}")
-
-
-class _JsonbLoader(Loader):
-    """jsonb decoded as Django's JSONField does (json.loads), by orjson (~5x
-    faster): the two read PostgreSQL's jsonb alike but for integers beyond 64
-    bits (orjson's are floats), so a run of 19 digits goes to json.loads."""
-
-    def load(self, data: Buffer) -> Any:
-        if _LONG_NUMBER.search(data):
-            return json.loads(bytes(data))
-        return orjson.loads(data)
-
-
-def fetch_rows(rows: QuerySet) -> list[tuple]:
-    """A values_list's rows, on PostgreSQL read as psycopg returns them.
-
-    Django reads every timestamptz through a loader written in Python (~4 µs a
-    value, a tenth of a listing at 100k leases) that only swaps the tzinfo for
-    Django's; psycopg's own loader returns the same aware datetimes (the session
-    time zone is Django's, set on connect). Django reads jsonb as text for
-    JSONField to decode with json.loads; `_JsonbLoader` decodes the same.
-    No other field read here has a converter that changes a psycopg value
-    (tests/reconciler/test_candidates.py checks the listing's rows are
-    Django's, and tests/reconciler/test_paperclip_predicates.py the stop
-    refusals read this way). Not for a JSONField with a decoder of its own."""
-    if not _psycopg_rows():
-        return list(rows)
-    return _fetch_sql(*rows.query.sql_with_params())
-
-
-def _psycopg_rows() -> bool:
-    return connection.vendor == "postgresql" and settings.USE_TZ
-
-
-def _fetch_sql(sql: str, params: Sequence) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.cursor.adapters.register_loader("timestamptz", _PG_TIMESTAMPTZ)
-        cursor.cursor.adapters.register_loader("jsonb", _JsonbLoader)
-        cursor.execute(sql, params)
-        return cursor.fetchall()
 
 
 _fetch = fetch_rows  # its former name (tests/reconciler/test_candidates.py)

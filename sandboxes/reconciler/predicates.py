@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import orjson
 from django.db import connection
 from django.db.models.expressions import RawSQL
 
@@ -28,7 +29,7 @@ from sandboxes.rules import paperclip as rules
 from sandboxes.rules.frozen import build
 from sandboxes.staging import uuid_array
 
-from .candidates import fetch_rows
+from .rows import fetch_rows
 
 
 def _str(value) -> str | None:
@@ -242,7 +243,8 @@ def stop_refusals(lease_ids) -> dict:
     rows = fetch_rows(
         Receipt.objects.filter(lease_id__in=_any_of(ids), kind=ReceiptKind.TERMINATION).values_list(
             *_ROW_FIELDS
-        )
+        ),
+        uuids_as_text=True,  # the views hold ids as strings
     )
     # Plain tuples, not ReceiptRow and LeaseRow: their values go straight to the views.
     receipts: dict = defaultdict(list)
@@ -251,9 +253,13 @@ def stop_refusals(lease_ids) -> dict:
     for row in rows:
         receipts[row[1]].append(_receipt(*row[:split]))  # row[1]: the receipt's lease_id
         leases.setdefault(row[1], row[split:])
+    # The caller's ids by their text (orjson writes a UUID as str() does); a
+    # backend that returned UUIDs keys the rows by them already.
+    asked = list(ids)
+    pk = dict(zip(orjson.loads(orjson.dumps(asked)), asked, strict=True))
     # A lease with no termination receipt at all needs no more words than the
     # hold's own ("no confirmed stop receipt ... yet").
     return {
-        pk: rules.stopped_termination_refusal(_lease(*lease), receipts[pk])
-        for pk, lease in leases.items()
+        pk.get(key, key): rules.stopped_termination_refusal(_lease(*lease), receipts[key])
+        for key, lease in leases.items()
     }
