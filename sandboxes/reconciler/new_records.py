@@ -1,8 +1,8 @@
 """The records a listing creates, written in one statement.
 
-On PostgreSQL the new records travel as one JSON document into one
-INSERT … SELECT (`json_to_recordset`, as ingest sends its rows:
-docs/architecture.md, "Recorded"): Django's psycopg backend binds
+On PostgreSQL the new records travel as JSON, one array per column, into one
+INSERT … SELECT (JSON as ingest sends its rows: docs/architecture.md,
+"Recorded"): Django's psycopg backend binds
 client-side, and bulk_create quoted every value of every record into the SQL
 text in Python, most of a first listing's time. The statement also drops the
 leases whose sandbox was retired and ignores conflicts, as the ORM path does.
@@ -15,8 +15,8 @@ model's defaults for the rest, `listed_at` and `updated_at` now.
 from __future__ import annotations
 
 import functools
-import operator
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any, cast
@@ -91,30 +91,23 @@ def create_orm(rows: Sequence[dict]) -> list[str]:
 
 
 def insert(rows: Sequence[dict]) -> list[str]:
-    """PostgreSQL: one INSERT … SELECT over one JSON document (1 query).
+    """PostgreSQL: one INSERT … SELECT over one JSON array per column (1 query).
 
-    A row carries its columns under short keys (`c0`, `c1`, … in
-    `_COLUMNS`' order: the keys repeat on every row) and its holds and hold
-    lines as indexes into two lists of the distinct ones (a fleet's records
-    share a few hundred): half the text to quote, send and parse."""
+    Each of `_COLUMNS` travels as one array of its values in the rows' order,
+    read side by side (`ROWS FROM` json_array_elements_text): half the server's
+    parsing of one object a row (json_to_recordset), and no dict a row here.
+    Holds and hold lines go as indexes into two lists of the distinct ones (a
+    fleet's records share a few hundred): half the text to quote, send and parse."""
     holds: dict[bytes, int] = {}
     reasons: dict[bytes, int] = {}
-    keys, columns = _KEYS, _COLUMNS_OF
-    document = orjson.dumps(
-        [
-            dict(
-                zip(keys, columns(r), strict=False),  # both _COLUMNS long
-                h=_index(holds, r["holds"]),
-                w=_index(reasons, r["hold_reasons"]),
-            )
-            for r in rows
-        ]
-    )
+    arrays = [orjson.dumps([r[name] for r in rows]) for name in _COLUMNS]
+    arrays.append(orjson.dumps([_index(holds, r["holds"]) for r in rows]))
+    arrays.append(orjson.dumps([_index(reasons, r["hold_reasons"]) for r in rows]))
     _, constants = _fields()
     now = timezone.now()
     params = [
         Stage.RETIRED,
-        document.decode(),
+        *(array.decode() for array in arrays),
         _listed(holds),
         _listed(reasons),
         *(f.get_db_prep_save(value, connection) for f, value in constants),
@@ -131,11 +124,10 @@ def insert(rows: Sequence[dict]) -> list[str]:
     return orjson.loads(orjson.dumps(ids))
 
 
-# The listed fields a document row carries as columns (holds and hold_reasons
-# travel as indexes: `insert`), their short keys, and the row's values of them.
+# The listed fields that travel as their values (holds and hold_reasons as
+# indexes: `insert`), and their names in the statement.
 _COLUMNS = tuple(name for name in LISTED_FIELDS if name not in ("holds", "hold_reasons"))
 _KEYS = tuple(f"c{i}" for i in range(len(_COLUMNS)))
-_COLUMNS_OF = operator.itemgetter(*_COLUMNS)
 
 
 def _index(distinct: dict[bytes, int], value: Any) -> int:
@@ -163,16 +155,22 @@ def _fields() -> tuple[dict[str, models.Field], list[tuple[models.Field, Any]]]:
 
 @functools.cache
 def _statement() -> str:
-    """`r` is the document's rows, each flagged `retired` when its lease's
-    record on that sandbox was retired; the INSERT writes the others, and the
-    statement returns the retired ones' ids. Parameters: the retired stage, the
-    document, the distinct holds and hold lines, each constant, then
-    listed_at and updated_at."""
+    """`r` is the rows, each flagged `retired` when its lease's record on that
+    sandbox was retired; the INSERT writes the others, and the statement
+    returns the retired ones' ids. Parameters: the retired stage, each column's
+    array (`_COLUMNS`, then the holds' and the lines' indexes), the distinct
+    holds and hold lines, each constant, then listed_at and updated_at. A
+    value is read as its column's type without a length (varchar(64) as
+    varchar): the INSERT refuses a value too long, a cast would cut it."""
     qn = connection.ops.quote_name
     meta = Retirement._meta
     listed, constants = _fields()
     key = dict(zip(_COLUMNS, _KEYS, strict=True))
-    record = ", ".join(f"{key[name]} {listed[name].db_type(connection)}" for name in _COLUMNS)
+    typed = ", ".join(
+        f"j.{key[name]}::{_LENGTH.sub('', str(listed[name].db_type(connection)))} AS {key[name]}"
+        for name in _COLUMNS
+    )
+    arrays = ", ".join(["json_array_elements_text(%s::json)"] * (len(_COLUMNS) + 2))
     stamped = [_field(name) for name in STAMPED_FIELDS]
     columns = [listed[name].column for name in _COLUMNS] + [
         f.column for f in (listed["holds"], listed["hold_reasons"], *(f for f, _ in constants))
@@ -187,8 +185,12 @@ def _statement() -> str:
         f" SELECT r.*, EXISTS (SELECT 1 FROM {table} x WHERE x.lease_id = r.{key['lease_id']}"
         f" AND x.stage = %s AND x.provider = r.{key['provider']}"
         f" AND x.provider_lease_id = r.{key['provider_lease_id']}) AS retired"
-        f" FROM json_to_recordset(%s::json) AS r({record}, h int, w int)"
+        f" FROM (SELECT {typed}, j.h::int AS h, j.w::int AS w"
+        f" FROM ROWS FROM ({arrays}) AS j({', '.join(_KEYS)}, h, w)) r"
         f"), made AS (INSERT INTO {table} ({', '.join(map(qn, columns))})"
         f" SELECT {', '.join(values)} FROM r WHERE NOT r.retired ON CONFLICT DO NOTHING)"
         f" SELECT r.{key['id']} FROM r WHERE retired"
     )
+
+
+_LENGTH = re.compile(r"\(\d+\)$")  # a type's length: varchar(64)
