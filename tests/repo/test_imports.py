@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.paging",
             "sandboxes.paperclip",
             "sandboxes.proof",
+            "sandboxes.read_ahead",
             "sandboxes.receipts",
             "sandboxes.roles",
             "sandboxes.salvage_archive",

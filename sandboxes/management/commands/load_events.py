@@ -1,4 +1,5 @@
 import time
+from dataclasses import dataclass, field
 from itertools import islice
 
 from django.conf import settings
@@ -9,6 +10,7 @@ from sandboxes.ingest import apply_events, validate_batch
 from sandboxes.ingest.apply import BatchRejected
 from sandboxes.ingest.pause import collection_paused
 from sandboxes.ingest.schemas import decode_json, fast_validate_lines, may_hold_unstorable_text
+from sandboxes.read_ahead import read_ahead
 
 # Errors kept for the report: a file of garbage must not fill memory with messages.
 MAX_ERRORS = 100
@@ -56,10 +58,10 @@ class Command(BaseCommand):
         with fh:
             try:
                 with transaction.atomic():
-                    for chunk in _batches(fh, batch_size):
-                        lines = chunk[-1][0]
-                        with collection_paused():
-                            batch, line_of = self._validate(chunk, batch_size)
+                    for checked in _checked_ahead(_batches(fh, batch_size), batch_size):
+                        lines, batch, line_of = checked.lines, checked.batch, checked.line_of
+                        for lineno, message in checked.errors:
+                            self._error(lineno, message)
                         if self.error_count:
                             continue  # nothing will be loaded; keep naming bad lines
                         try:
@@ -91,27 +93,6 @@ class Command(BaseCommand):
         self._progress(lines, accepted, duplicates, started)
         self.stdout.write(f"accepted {accepted}, duplicates {duplicates}")
 
-    def _validate(self, chunk: list[tuple[int, str]], size: int):
-        fast = fast_validate_lines([line for _, line in chunk])
-        if fast is not None:
-            return fast, [lineno for lineno, _ in chunk]
-        # Something is amiss: the detailed path names every bad line.
-        decoded = []
-        for lineno, line in chunk:
-            try:
-                decoded.append((lineno, decode_json(line)))
-            except ValueError as exc:
-                self._error(lineno, f"not valid JSON: {exc}")
-        check_text = any(may_hold_unstorable_text(line) for _, line in chunk)
-        batch, bad = validate_batch(
-            {"events": [e for _, e in decoded]}, max_events=size, check_text=check_text
-        )
-        for e in bad:
-            lineno = decoded[e.index][0] if e.index is not None else None
-            self._error(lineno, f"{e.path}: {e.message}")
-        # An event's index is its place in `decoded`: map it back to its line.
-        return batch, [lineno for lineno, _ in decoded]
-
     def _error(self, lineno, message: str) -> None:
         self.error_count += 1
         if len(self.errors) < MAX_ERRORS:
@@ -129,6 +110,56 @@ class Command(BaseCommand):
             f"… line {lines:,}: {accepted:,} accepted, {duplicates:,} duplicates, "
             f"{done / elapsed:,.0f} events/s"
         )
+
+
+@dataclass
+class _Checked:
+    """One batch of lines validated: its events, each event's line, and what
+    was wrong with the lines (line number, message)."""
+
+    lines: int  # the batch's last line number
+    batch: list
+    line_of: list[int]
+    errors: list[tuple[int | None, str]] = field(default_factory=list)
+
+
+def _checked_ahead(chunks, size: int):
+    """Each batch validated, the next one read and validated while this one is
+    applied (`sandboxes.read_ahead`); only that thread reads the file."""
+
+    def check():
+        chunk = next(chunks, None)
+        if chunk is None:
+            return None
+        with collection_paused():
+            return _check(chunk, size)
+
+    return read_ahead(check, name="load-events-check")
+
+
+def _check(chunk: list[tuple[int, str]], size: int) -> _Checked:
+    lines = chunk[-1][0]
+    fast = fast_validate_lines([line for _, line in chunk])
+    if fast is not None:
+        return _Checked(lines, fast, [lineno for lineno, _ in chunk])
+    # Something is amiss: the detailed path names every bad line.
+    errors: list[tuple[int | None, str]] = []
+    decoded = []
+    for lineno, line in chunk:
+        try:
+            decoded.append((lineno, decode_json(line)))
+        except ValueError as exc:
+            errors.append((lineno, f"not valid JSON: {exc}"))
+    check_text = any(may_hold_unstorable_text(line) for _, line in chunk)
+    batch, bad = validate_batch(
+        {"events": [e for _, e in decoded]}, max_events=size, check_text=check_text
+    )
+    for e in bad:
+        errors.append(
+            (decoded[e.index][0] if e.index is not None else None, f"{e.path}: {e.message}")
+        )
+    # An event's index is its place in `decoded`: map it back to its line.
+    return _Checked(lines, batch, [lineno for lineno, _ in decoded], errors)
 
 
 def _batches(fh, size: int):
