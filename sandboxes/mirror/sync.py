@@ -111,7 +111,7 @@ def _mirror_table(conn, table, columns, position, store, report, overlap, batch_
     position.seen[table.name] = window.seen(newest)
     if newest is not None and (since is None or newest > since):
         position.cursors[table.name] = newest
-        store.save_position(position)  # a long first iteration keeps what it did
+        store.checkpoint(position)  # a long first iteration keeps what it did
 
 
 def follow(

@@ -225,3 +225,42 @@ def test_a_cursor_file_of_the_first_format_is_read(paperclip, settings, cursor_f
     assert not report.source_unchanged
     assert report.tables["environment_leases"].read <= 1  # at the cursor only
     assert report.unchanged == 0
+
+
+def test_a_short_iteration_writes_the_position_once_a_long_one_as_it_goes(
+    paperclip, settings, monkeypatch, cursor_file
+):
+    """The file holds up to WINDOW_ROWS digests a table: written once an
+    iteration, and every CHECKPOINT_SECONDS by a long one, which then keeps
+    the tables it finished if it fails."""
+    settings.MIRROR_OVERLAP_SECONDS = 30
+    (issue, _, _, lease) = fleet(paperclip, n=1)[0]
+    writes = []
+    write_all = cursor.CursorStore._write_all
+
+    def counted(store, everything):
+        writes.append(set(everything[store.key]["cursors"]))
+        return write_all(store, everything)
+
+    monkeypatch.setattr(cursor.CursorStore, "_write_all", counted)
+    mirror_once(paperclip.dsn)
+    assert len(writes) == 1 and "environment_leases" in writes[0]
+
+    # A long iteration (every table past the checkpoint) that fails at the leases.
+    cursor_file.unlink()
+    writes.clear()
+    monkeypatch.setattr(cursor, "CHECKPOINT_SECONDS", 0.0)
+    apply_page = sync.apply_page
+
+    def failing(table, page, report):
+        if table.name == "environment_leases":
+            raise psycopg.OperationalError("the console went away")
+        return apply_page(table, page, report)
+
+    monkeypatch.setattr(sync, "apply_page", failing)
+    with pytest.raises(psycopg.OperationalError):
+        mirror_once(paperclip.dsn)
+    assert writes and "issues" in writes[-1] and "environment_leases" not in writes[-1]
+    saved = json.loads(cursor_file.read_text())
+    (entry,) = saved.values()
+    assert entry["snapshot"] is None and "issues" in entry["cursors"]
