@@ -1,7 +1,7 @@
 """Where the mirror stopped, kept in a small JSON file: per table the newest
 `updated_at` written (the cursor), the source snapshot of the last complete
 iteration, and a digest of each row the next iteration will read again
-behind the cursor (docs/architecture.md, Mirror: what an idle iteration costs).
+behind the cursor (docs/architecture.md, a mirror iteration when little changed).
 
 A file rather than a table: the position is an optimisation, not a record.
 Losing it only makes the next run re-read and re-write every row, which is
@@ -23,15 +23,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import connection
-
-_orjson: Any
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - a venv installed before it was a dependency
-    _orjson = None
-
 
 # How often a long iteration saves where it is.
 CHECKPOINT_SECONDS = 10.0
@@ -46,10 +40,8 @@ def row_digest(row: dict[str, Any]) -> str:
     """A digest of a source row's columns and values as read: equal digests,
     the same row (writing it again would change nothing)."""
     try:
-        data = _orjson.dumps(row, default=str) if _orjson is not None else None
+        data = orjson.dumps(row, default=str)
     except TypeError:  # an integer beyond 64 bits in a jsonb document, say
-        data = None
-    if data is None:
         data = repr(sorted(row.items(), key=lambda item: item[0])).encode()
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 

@@ -1,5 +1,5 @@
 """What an iteration costs when little or nothing changed (docs/architecture.md,
-Mirror: what an idle iteration costs): Paperclip's snapshot unchanged since the
+a mirror iteration when little changed): Paperclip's snapshot unchanged since the
 last complete iteration, nothing is read; rows read again behind the cursor
 that have not changed since they were written are not written again. Neither
 may ever hide a change: a row changed without moving its updated_at, a late
@@ -53,6 +53,18 @@ def write_elsewhere(paperclip) -> None:
     activity log, say): another transaction committed, nothing mirrored changed."""
     paperclip.conn.execute("CREATE TEMP TABLE IF NOT EXISTS activity (n int)")
     paperclip.conn.execute("INSERT INTO activity VALUES (1)")
+
+
+def fail_at_the_leases(monkeypatch) -> None:
+    """The console goes away when the mirror writes its first page of leases."""
+    apply_page = sync.apply_page
+
+    def failing(table, page, report):
+        if table.name == "environment_leases":
+            raise psycopg.OperationalError("the console went away")
+        return apply_page(table, page, report)
+
+    monkeypatch.setattr(sync, "apply_page", failing)
 
 
 def fleet(paperclip, n=3):
@@ -145,21 +157,14 @@ def test_a_late_commit_behind_the_cursor_is_mirrored(paperclip, settings):
 def test_an_iteration_that_failed_half_way_is_not_taken_for_a_complete_one(
     paperclip, settings, monkeypatch, frozen
 ):
-    """Its tables before the failure saved their cursors, not its snapshot: with
-    Paperclip unchanged since, the next iteration still reads what it missed."""
+    """Its tables before the failure are written, its snapshot is not saved:
+    with Paperclip unchanged since, the next iteration still reads what it missed."""
     settings.MIRROR_OVERLAP_SECONDS = 30
     (issue, _, _, lease) = fleet(paperclip, n=1)[0]
-    apply_page = sync.apply_page
-
-    def failing(table, page, report):
-        if table.name == "environment_leases":
-            raise psycopg.OperationalError("the console went away")
-        return apply_page(table, page, report)
-
-    monkeypatch.setattr(sync, "apply_page", failing)
-    with pytest.raises(psycopg.OperationalError):
-        mirror_once(paperclip.dsn)
-    monkeypatch.setattr(sync, "apply_page", apply_page)
+    with monkeypatch.context() as failing:
+        fail_at_the_leases(failing)
+        with pytest.raises(psycopg.OperationalError):
+            mirror_once(paperclip.dsn)
     assert m.Issue.objects.get(pk=issue["id"]).placeholder is False
     assert not m.EnvironmentLease.objects.filter(pk=lease["id"]).exists()
 
@@ -250,14 +255,7 @@ def test_a_short_iteration_writes_the_position_once_a_long_one_as_it_goes(
     cursor_file.unlink()
     writes.clear()
     monkeypatch.setattr(cursor, "CHECKPOINT_SECONDS", 0.0)
-    apply_page = sync.apply_page
-
-    def failing(table, page, report):
-        if table.name == "environment_leases":
-            raise psycopg.OperationalError("the console went away")
-        return apply_page(table, page, report)
-
-    monkeypatch.setattr(sync, "apply_page", failing)
+    fail_at_the_leases(monkeypatch)
     with pytest.raises(psycopg.OperationalError):
         mirror_once(paperclip.dsn)
     assert writes and "issues" in writes[-1] and "environment_leases" not in writes[-1]

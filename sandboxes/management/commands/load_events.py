@@ -154,11 +154,10 @@ def _check(chunk: list[tuple[int, str]], size: int) -> _Checked:
     batch, bad = validate_batch(
         {"events": [e for _, e in decoded]}, max_events=size, check_text=check_text
     )
-    for e in bad:
-        errors.append(
-            (decoded[e.index][0] if e.index is not None else None, f"{e.path}: {e.message}")
-        )
     # An event's index is its place in `decoded`: map it back to its line.
+    for e in bad:
+        lineno = decoded[e.index][0] if e.index is not None else None
+        errors.append((lineno, f"{e.path}: {e.message}"))
     return _Checked(lines, batch, [lineno for lineno, _ in decoded], errors)
 
 
