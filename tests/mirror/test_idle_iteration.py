@@ -6,9 +6,11 @@ may ever hide a change: a row changed without moving its updated_at, a late
 commit behind the cursor, an iteration that failed half-way.
 
 The snapshot is PostgreSQL's own (pg_current_snapshot, PostgreSQL 13 and
-newer; Paperclip's embedded server is 17): equal snapshots see equal data,
-whatever the table, since every write takes a transaction id and moves xmax
-or the in-progress list when it commits or aborts. Transaction ids are the
+newer; Paperclip's embedded server is 18: packages/db/package.json,
+embedded-postgres ^18.1.0-beta.16, paperclipai/paperclip at 067c0c73):
+equal snapshots see equal data, whatever the table, since every write takes
+a transaction id and moves xmax or the in-progress list when it commits or
+aborts. Transaction ids are the
 server's, not one database's: a write in any database of the server (the
 console's own here, and the other test workers') moves it too. So the tests of
 what the mirror does with an unchanged snapshot hold it still (`frozen`), and
