@@ -1,6 +1,7 @@
-"""The superseded flag's trigger (migrations 0009, 0012, 0015, 0029) on a bulk
-UPDATE: finding which rows moved is one pass over each transition table,
-never a comparison of every row with every other. Read from the plans
+"""The superseded flag's trigger (migrations 0009, 0012, 0015, 0029, 0030) on a
+bulk write: finding which rows moved is one pass over each transition table,
+never a comparison of every row with every other, and what the refresh sorts
+and hashes fits in memory. Read from the plans
 PostgreSQL chose (auto_explain, as tests/ingest/test_ingest_bulk.py does),
 not from a clock."""
 
@@ -75,3 +76,23 @@ def test_a_move_refreshes_the_sandboxes_before_and_after():
     assert not older.superseded and not newer.superseded
     for plan in transition_plans(plans):
         assert "Rows Removed by Join Filter" not in plan, plan
+
+
+def test_a_mirror_page_of_new_leases_refreshes_without_spilling_to_disk():
+    # A mirror page: 5,000 leases of as many sandboxes, rows as wide as Paperclip's
+    # (a failure reason, metadata with receipts). Until 0030 the lock's sort
+    # carried each whole transition row beside its lease, past work_mem:
+    # "Sort Method: external merge  Disk: 3872kB".
+    plans = plans_of(
+        "INSERT INTO sandboxes_environmentlease (id, placeholder, created_at, updated_at, "
+        "provider, provider_lease_id, status, lease_policy, acquired_at, failure_reason, "
+        "metadata, superseded) SELECT gen_random_uuid(), false, now(), now(), 'daytona', "
+        "'sbx-' || i, 'active', 'reuse_by_environment', now() - make_interval(secs => i), "
+        "repeat('r', 150), jsonb_build_object('receipts', repeat('m', 500)), false "
+        "FROM generate_series(1, 5000) i"
+    )
+    refresh = [p for p in plans if "FOR UPDATE OF l" in p or "SET superseded" in p]
+    assert len(refresh) == 2, plans
+    for plan in refresh:
+        assert "Disk" not in plan and "external" not in plan, plan
+    assert m.EnvironmentLease.objects.filter(superseded=False).count() == 5000
