@@ -32,13 +32,15 @@ from django.db import connection, models
 from psycopg import Cursor, sql
 from psycopg.types.json import Jsonb
 
+from sandboxes import pg_json
+
 
 def adapt(field: models.Field, value: Any) -> Any:
     """A model field's value as COPY takes it (json wrapped, a row as its key)."""
     if value is None:
         return None
     if isinstance(field, models.JSONField):
-        return Jsonb(value)
+        return Jsonb(value, dumps=pg_json.dumps)
     if isinstance(field, models.ForeignKey) and isinstance(value, models.Model):
         return value.pk
     return value

@@ -23,7 +23,7 @@ from django.db.models.options import Options
 from django.utils import timezone
 from psycopg import Cursor, sql
 
-from sandboxes.staging import adapt, db_type, model_defaults, stage_fields
+from sandboxes.staging import adapt, db_type, model_defaults, stage_fields, uuid_array
 
 
 def _field(meta: Options, key: str) -> models.Field:
@@ -138,8 +138,11 @@ def placeholders(model, ids: list, now: datetime) -> tuple[sql.Composed, list]:
         names=sql.SQL(", ").join(names),
         pk=sql.Identifier(meta.pk.column),
     )
-    # The select's constants come before the unnest arrays in the text.
-    return statement, [adapt(f, v) for f, v in constants] + [values for _, values in arrays]
+    # The select's constants come before the unnest arrays in the text; a uuid
+    # array goes as one literal (`uuid_array`), not dumped an element at a time.
+    return statement, [adapt(f, v) for f, v in constants] + [
+        uuid_array(values) if isinstance(f, models.UUIDField) else values for f, values in arrays
+    ]
 
 
 def _pk_value(meta: Options, pk):

@@ -10,6 +10,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import DictRow, dict_row, tuple_row
 
+from sandboxes.pg_json import JsonbLoader
+
 # The mirror reads every Paperclip row as a dict (the connection's row factory).
 Connection = psycopg.Connection[DictRow]
 
@@ -25,6 +27,9 @@ def connect(dsn: str) -> Connection:
         connect_timeout=10,
     )
     conn.read_only = True
+    # Paperclip's jsonb (lease metadata, a run's context) as json.loads reads it, ~5x faster.
+    conn.adapters.register_loader("jsonb", JsonbLoader)
+    conn.adapters.register_loader("json", JsonbLoader)
     # One snapshot per iteration: every table is read as of the same moment.
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     return conn

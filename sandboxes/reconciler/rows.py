@@ -4,36 +4,20 @@ receipts (predicates.py) come back as thousands of tuples."""
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
-from typing import Any
 
-import orjson
 from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
 from psycopg import adapters as psycopg_adapters
-from psycopg.abc import Buffer
-from psycopg.adapt import Loader
 from psycopg.postgres import types as psycopg_types
 from psycopg.pq import Format
 from psycopg.types.string import TextLoader
 
+from sandboxes.pg_json import JsonbLoader
+
 # psycopg's own (C) text loader for timestamptz.
 _PG_TIMESTAMPTZ = psycopg_adapters.get_loader(psycopg_types["timestamptz"].oid, Format.TEXT)
-_LONG_NUMBER = re.compile(rb"[0-9]{19}")
-
-
-class _JsonbLoader(Loader):
-    """jsonb decoded as Django's JSONField does (json.loads), by orjson (~5x
-    faster): the two read PostgreSQL's jsonb alike but for integers beyond 64
-    bits (orjson's are floats), so a run of 19 digits goes to json.loads."""
-
-    def load(self, data: Buffer) -> Any:
-        if _LONG_NUMBER.search(data):
-            return json.loads(bytes(data))
-        return orjson.loads(data)
 
 
 def fetch_rows(rows: QuerySet, *, uuids_as_text: bool = False) -> list[tuple]:
@@ -46,7 +30,7 @@ def fetch_rows(rows: QuerySet, *, uuids_as_text: bool = False) -> list[tuple]:
     value, a tenth of a listing at 100k leases) that only swaps the tzinfo for
     Django's; psycopg's own loader returns the same aware datetimes (the session
     time zone is Django's, set on connect). Django reads jsonb as text for
-    JSONField to decode with json.loads; `_JsonbLoader` decodes the same.
+    JSONField to decode with json.loads; `JsonbLoader` decodes the same.
     No other field read here has a converter that changes a psycopg value
     (tests/reconciler/test_candidates.py checks the listing's rows are
     Django's, and tests/reconciler/test_paperclip_predicates.py the stop
@@ -63,7 +47,7 @@ def psycopg_rows() -> bool:
 def fetch_sql(sql: str, params: Sequence, *, uuids_as_text: bool = False) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.cursor.adapters.register_loader("timestamptz", _PG_TIMESTAMPTZ)
-        cursor.cursor.adapters.register_loader("jsonb", _JsonbLoader)
+        cursor.cursor.adapters.register_loader("jsonb", JsonbLoader)
         if uuids_as_text:
             cursor.cursor.adapters.register_loader("uuid", TextLoader)
         cursor.execute(sql, params)

@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sandboxes.object_storage",
             "sandboxes.paging",
             "sandboxes.paperclip",
+            "sandboxes.pg_json",
             "sandboxes.proof",
             "sandboxes.read_ahead",
             "sandboxes.receipts",
