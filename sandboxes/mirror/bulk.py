@@ -106,7 +106,8 @@ def _keys_stamped(meta: Options, rows: list[dict]) -> list[str]:
 
 def placeholders(model, ids: list, now: datetime) -> tuple[sql.Composed, list]:
     """(statement, parameters) inserting a placeholder row per id into `model`,
-    ON CONFLICT (id) DO NOTHING: INSERT … SELECT FROM unnest(ids). The row holds
+    ON CONFLICT (id) DO NOTHING: INSERT … SELECT FROM unnest(ids), in id order
+    (the order every writer takes its locks in, sorted by the server). The row holds
     the placeholder flag, the model's placeholder_defaults (a callable one
     evaluated per id, as MirroredModel.placeholder_for does) and its own
     defaults for the rest, as `upsert` would write them."""
@@ -124,7 +125,7 @@ def placeholders(model, ids: list, now: datetime) -> tuple[sql.Composed, list]:
     names = [sql.Identifier(f"v{i}") for i in range(len(arrays))]
     statement = sql.SQL(
         "INSERT INTO {t} ({cols}) SELECT {sel} FROM unnest({arrays}) AS u({names})"
-        " ON CONFLICT ({pk}) DO NOTHING"
+        " ORDER BY u.v0 ON CONFLICT ({pk}) DO NOTHING"
     ).format(
         t=sql.Identifier(meta.db_table),
         cols=sql.SQL(", ").join(sql.Identifier(f.column) for f, _ in (*arrays, *constants)),

@@ -54,8 +54,7 @@ def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
     insert-or-nothing of every id named (ON CONFLICT DO NOTHING leaves a row
     already there untouched, placeholder or not). No lookup round trip and no
     set difference in Python: the unique index answers which ids are new."""
-    # In id order (a uuid sorts as its text does), the order every writer locks in.
-    named = [(model, sorted(ids)) for model, ids in refs.items() if ids]
+    named = [(model, list(ids)) for model, ids in refs.items() if ids]
     if not named:
         return
     inserts, params = [], []

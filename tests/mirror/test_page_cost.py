@@ -9,6 +9,8 @@ import uuid
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from psycopg import sql
 
 from sandboxes import models as m
 from sandboxes.mirror import bulk, sync, write
@@ -76,6 +78,17 @@ def test_the_references_a_page_names_are_created_in_one_statement(monkeypatch):
     kept = m.Issue.objects.get(pk=issue.pk)
     assert not kept.placeholder and kept.title == "kept"
     assert m.Issue.objects.filter(placeholder=True).count() == 1
+
+
+def test_placeholders_are_inserted_in_id_order_whatever_order_they_were_named_in():
+    # The order every writer takes its locks in: two writers creating the same
+    # new rows in different orders could each wait on the other's.
+    ids = [uuid.uuid4() for _ in range(200)]
+    statement, params = bulk.placeholders(m.Issue, ids, timezone.now())
+    with transaction.atomic(), connection.connection.cursor() as cur:
+        cur.execute(sql.SQL("EXPLAIN (COSTS OFF) ") + statement, params)
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    assert "Sort Key: u.v0" in plan, plan
 
 
 def test_a_forward_reference_is_a_placeholder_that_its_own_table_fills_in(paperclip):
