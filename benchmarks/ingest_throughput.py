@@ -14,6 +14,7 @@ floor measured in the same run:
 
     .venv/bin/python benchmarks/ingest_throughput.py [--events 50000] [--batch 1000]
         [--preload 1000000] [--rss-events 20000,200000]   # 3000000: the 150 MiB figure
+        [--profile PREFIX]   # cProfile of the API and load_events (PREFIX.api.prof, ...)
 
 Targets (docs/architecture.md, "Recorded"): the API and load_events within 2x
 of the COPY floor, empty and preloaded; load_events of a 3-million-event file
@@ -189,6 +190,18 @@ def post_all(client, bodies: list[str], token: str) -> None:
         assert response.status_code == 200, response.content[:500]
 
 
+def profiled(args, name: str, run, *given, **named) -> None:
+    """run(*given, **named), under cProfile into PREFIX.NAME.prof with --profile."""
+    if not args.profile:
+        run(*given, **named)
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.runcall(run, *given, **named)
+    profiler.dump_stats(f"{args.profile}.{name}.prof")
+
+
 def measure(args, label: str, token: str) -> tuple[float, float]:
     """The API and load_events rates (events/s) into the database as it is,
     each printed beside the COPY floor of the rows they wrote, into tables
@@ -209,7 +222,7 @@ def measure(args, label: str, token: str) -> tuple[float, float]:
     del events
     client = Client()
     started = time.perf_counter()
-    post_all(client, bodies, token)
+    profiled(args, "api", post_all, client, bodies, token)
     api = time.perf_counter() - started
     api_rate = args.events / api
     print(
@@ -233,7 +246,10 @@ def measure(args, label: str, token: str) -> tuple[float, float]:
         path = os.path.join(tmp, "events.jsonl")
         write_jsonl(path, args.events)
         started = time.perf_counter()
-        call_command(
+        profiled(
+            args,
+            "load_events",
+            call_command,
             "load_events",
             path,
             batch_size=args.batch,
@@ -314,6 +330,11 @@ def main() -> None:
         "--rss-events", default="20000,200000", help="file sizes for load_events' RSS; '' skips"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="cProfile the API and load_events into PREFIX.{api,load_events}.prof",
+    )
     parser.add_argument("--db", default=DB, help=f"scratch database (default {DB})")
     args = parser.parse_args()
 
