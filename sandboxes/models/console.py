@@ -340,12 +340,21 @@ class Receipt(AppendOnlyModel):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     kind = models.CharField(max_length=32, choices=ReceiptKind.choices)
-    lease = models.ForeignKey(EnvironmentLease, on_delete=models.PROTECT, related_name="receipts")
+    # Neither has an index of its own: receipt_unique_request leads with the
+    # lease (and kind), receipt_retirement_kind with the retirement (migration 0031).
+    lease = models.ForeignKey(
+        EnvironmentLease, on_delete=models.PROTECT, related_name="receipts", db_index=False
+    )
     run = models.ForeignKey(
         HeartbeatRun, null=True, blank=True, on_delete=models.PROTECT, related_name="receipts"
     )
     retirement = models.ForeignKey(
-        Retirement, null=True, blank=True, on_delete=models.PROTECT, related_name="receipts"
+        Retirement,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="receipts",
+        db_index=False,
     )
     provider_lease_id = models.CharField(max_length=200)
     # The company Paperclip's receipt names (companyId); None when the reporter
@@ -371,7 +380,6 @@ class Receipt(AppendOnlyModel):
             ),
         ]
         indexes = [
-            models.Index(fields=["lease", "kind"], name="receipt_lease_kind"),
             models.Index(fields=["retirement", "kind"], name="receipt_retirement_kind"),
         ]
 

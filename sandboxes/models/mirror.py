@@ -332,7 +332,10 @@ class ExecutionWorkspace(MirroredModel):
 
 class HeartbeatRun(MirroredModel):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
-    issue = models.ForeignKey(Issue, null=True, on_delete=models.PROTECT, related_name="runs")
+    # No index of its own: run_issue_status leads with it (migration 0031).
+    issue = models.ForeignKey(
+        Issue, null=True, on_delete=models.PROTECT, related_name="runs", db_index=False
+    )
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -361,8 +364,14 @@ class EnvironmentLease(MirroredModel):
     execution_workspace = models.ForeignKey(
         ExecutionWorkspace, null=True, blank=True, on_delete=models.PROTECT, related_name="leases"
     )
+    # No index of its own: lease_issue_status leads with it (migration 0031).
     issue = models.ForeignKey(
-        Issue, null=True, blank=True, on_delete=models.PROTECT, related_name="leases"
+        Issue,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="leases",
+        db_index=False,
     )
     heartbeat_run = models.ForeignKey(
         HeartbeatRun, null=True, blank=True, on_delete=models.PROTECT, related_name="leases"
@@ -475,6 +484,7 @@ class RecoveryAction(MirroredModel):
     status = models.CharField(max_length=16, choices=RecoveryStatus.choices)
     outcome = models.CharField(max_length=200, blank=True)
     evidence = models.JSONField(default=dict, blank=True)
+    # No index of its own: recovery_lease_status leads with it (migration 0031).
     lease = models.ForeignKey(
         EnvironmentLease,
         null=True,
@@ -482,6 +492,7 @@ class RecoveryAction(MirroredModel):
         on_delete=models.PROTECT,
         related_name="recovery_actions",
         help_text="The restore-source lease the evidence names, when it names one.",
+        db_index=False,
     )
 
     class Meta:
