@@ -316,11 +316,7 @@ class ExecutionWorkspace(MirroredModel):
         default=dict, blank=True, help_text="path → {sha256, size} of the last committed save."
     )
     writer_run = models.ForeignKey(
-        "HeartbeatRun",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="held_workspaces",
+        "HeartbeatRun", models.SET_NULL, null=True, blank=True, related_name="held_workspaces"
     )
 
     class Meta:
@@ -332,10 +328,8 @@ class ExecutionWorkspace(MirroredModel):
 
 class HeartbeatRun(MirroredModel):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
-    # No index of its own: run_issue_status leads with it (migration 0031).
-    issue = models.ForeignKey(
-        Issue, null=True, on_delete=models.PROTECT, related_name="runs", db_index=False
-    )
+    # Not indexed on its own: run_issue_status leads with it (migration 0031).
+    issue = models.ForeignKey(Issue, models.PROTECT, null=True, related_name="runs", db_index=False)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -364,14 +358,9 @@ class EnvironmentLease(MirroredModel):
     execution_workspace = models.ForeignKey(
         ExecutionWorkspace, null=True, blank=True, on_delete=models.PROTECT, related_name="leases"
     )
-    # No index of its own: lease_issue_status leads with it (migration 0031).
+    # Not indexed on its own: lease_issue_status leads with it (migration 0031).
     issue = models.ForeignKey(
-        Issue,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="leases",
-        db_index=False,
+        Issue, models.PROTECT, null=True, blank=True, related_name="leases", db_index=False
     )
     heartbeat_run = models.ForeignKey(
         HeartbeatRun, null=True, blank=True, on_delete=models.PROTECT, related_name="leases"
@@ -484,7 +473,6 @@ class RecoveryAction(MirroredModel):
     status = models.CharField(max_length=16, choices=RecoveryStatus.choices)
     outcome = models.CharField(max_length=200, blank=True)
     evidence = models.JSONField(default=dict, blank=True)
-    # No index of its own: recovery_lease_status leads with it (migration 0031).
     lease = models.ForeignKey(
         EnvironmentLease,
         null=True,
@@ -492,7 +480,7 @@ class RecoveryAction(MirroredModel):
         on_delete=models.PROTECT,
         related_name="recovery_actions",
         help_text="The restore-source lease the evidence names, when it names one.",
-        db_index=False,
+        db_index=False,  # recovery_lease_status leads with it (migration 0031)
     )
 
     class Meta:
