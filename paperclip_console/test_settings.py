@@ -40,6 +40,10 @@ def _remove_scratch(owner: int = os.getpid()) -> None:
 
 
 atexit.register(_remove_scratch)
+# The processes this one starts make their scratch folders (and any temp
+# file) inside this one's: a child killed before its atexit (SIGKILL, a test
+# of a crash) leaves nothing behind once this process removes its own.
+os.environ["TMPDIR"] = str(_scratch)
 MEDIA_ROOT = _scratch / "media"
 LOCAL_SANDBOX_ROOT = _scratch / "sandboxes"
 STATIC_ROOT = _scratch / "static"

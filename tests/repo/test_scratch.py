@@ -42,3 +42,43 @@ def test_it_leaves_no_scratch_folder_after_a_pytest_run(tmp_path):
     # ...and removed it, contents and all, when it exited.
     assert not seen.exists()
     assert not list(temp.glob("paperclip-console-tests-*"))
+
+
+KILLED_CHILD = """
+import os
+import signal
+import subprocess
+import sys
+
+
+def test_a_child_it_starts_dies_without_cleaning_up():
+    # A child that loads the same settings (a manage.py the tests start, a
+    # worker they kill on purpose) makes a scratch folder of its own, and
+    # SIGKILL leaves it no atexit to remove it with.
+    child = (
+        "from django.conf import settings; print(settings.STATIC_ROOT, flush=True); "
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "paperclip_console.test_settings"}
+    run = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert "paperclip-console-tests-" in run.stdout
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_child_of_a_pytest_run_leaves_no_scratch_folder(tmp_path):
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    (probe_dir / "test_probe.py").write_text(KILLED_CHILD)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+         "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(probe_dir)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    # The child's folder was made inside the run's own, which the run removed.
+    assert not list(temp.glob("paperclip-console-tests-*"))
