@@ -22,11 +22,12 @@ def test_it_writes_into_the_scratch_folder(tmp_path_factory):
 """
 
 
-@pytest.mark.slow
-def test_it_leaves_no_scratch_folder_after_a_pytest_run(tmp_path):
+def run_probe(tmp_path: Path, source: str) -> tuple[Path, Path]:
+    """A pytest run of `source` in a temp directory of its own: (the probe's
+    folder, that temp directory), once the run has passed and exited."""
     probe_dir = tmp_path / "probe"
     probe_dir.mkdir()
-    (probe_dir / "test_probe.py").write_text("from pathlib import Path\n" + PROBE)
+    (probe_dir / "test_probe.py").write_text(source)
     temp = tmp_path / "temp"
     temp.mkdir()
     env = {**os.environ, "TMPDIR": str(temp)}
@@ -36,6 +37,12 @@ def test_it_leaves_no_scratch_folder_after_a_pytest_run(tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
+    return probe_dir, temp
+
+
+@pytest.mark.slow
+def test_it_leaves_no_scratch_folder_after_a_pytest_run(tmp_path):
+    probe_dir, temp = run_probe(tmp_path, "from pathlib import Path\n" + PROBE)
     seen = Path((probe_dir / "seen.txt").read_text())
     # The run did make its folder in the temp directory it was given...
     assert seen.parent == temp and seen.name.startswith("paperclip-console-tests-")
@@ -68,17 +75,6 @@ def test_a_child_it_starts_dies_without_cleaning_up():
 
 @pytest.mark.slow
 def test_a_killed_child_of_a_pytest_run_leaves_no_scratch_folder(tmp_path):
-    probe_dir = tmp_path / "probe"
-    probe_dir.mkdir()
-    (probe_dir / "test_probe.py").write_text(KILLED_CHILD)
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    env = {**os.environ, "TMPDIR": str(temp)}
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-         "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(probe_dir)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
+    _, temp = run_probe(tmp_path, KILLED_CHILD)
     # The child's folder was made inside the run's own, which the run removed.
     assert not list(temp.glob("paperclip-console-tests-*"))
