@@ -149,7 +149,7 @@ def copy_floor(since: int) -> tuple[float, int]:
                     buffer.write(data)
             cursor.execute(f"SELECT count(*) FROM {table} WHERE {written}")
             rows += cursor.fetchone()[0]
-            cursor.execute("CHECKPOINT")
+            checkpoint()
             started = time.perf_counter()
             with cursor.copy(f"COPY floor_{table} FROM STDIN") as copy:
                 copy.write(buffer.getvalue())

@@ -349,12 +349,7 @@ class Receipt(AppendOnlyModel):
         HeartbeatRun, null=True, blank=True, on_delete=models.PROTECT, related_name="receipts"
     )
     retirement = models.ForeignKey(
-        Retirement,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="receipts",
-        db_index=False,
+        Retirement, models.PROTECT, null=True, blank=True, related_name="receipts", db_index=False
     )
     provider_lease_id = models.CharField(max_length=200)
     # The company Paperclip's receipt names (companyId); None when the reporter

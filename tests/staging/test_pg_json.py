@@ -26,6 +26,8 @@ VALUES = [
 
 @pytest.fixture
 def conn():
+    # A connection of its own: Django's reads jsonb as text (for JSONField to
+    # decode), not through psycopg's json.loads loader the comparison needs.
     settings = connection.settings_dict
     with psycopg.connect(
         host=settings["HOST"] or None,
