@@ -24,4 +24,6 @@ def test_the_mirror_benchmark_runs_and_prints_each_figure_beside_its_floor():
     assert done.returncode == 0, done.stderr[-2000:]
     initial = next(line for line in done.stdout.splitlines() if line.startswith("initial mirror:"))
     assert "1,203 rows" in initial and "floor, SELECT + COPY" in initial
+    # The console's own tables, as COPY: the 1,203 rows and 250 termination receipts.
+    assert "COPY of the 1,453 rows the mirror wrote into an empty console" in done.stdout
     assert "incremental, nothing changed:" in done.stdout
