@@ -8,15 +8,29 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def setup(db_name: str) -> None:
-    """Point Django at a fresh scratch database `db_name` and migrate it."""
+BASE = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+
+
+def create_database(name: str, template: str | None = None) -> None:
+    """A fresh scratch database `name` (dropped first), empty or a copy of `template`."""
     import psycopg
 
-    base = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{db_name}"')
-    os.environ["DATABASE_URL"] = f"{base}/{db_name}"
+    with psycopg.connect(f"{BASE}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{BASE}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def setup(db_name: str) -> None:
+    """Point Django at a fresh scratch database `db_name` and migrate it."""
+    create_database(db_name)
+    os.environ["DATABASE_URL"] = f"{BASE}/{db_name}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paperclip_console.test_settings")
     import django
     from django.core.management import call_command
@@ -26,13 +40,10 @@ def setup(db_name: str) -> None:
 
 
 def teardown(db_name: str) -> None:
-    import psycopg
     from django.db import connections
 
     connections.close_all()
-    base = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+    drop_database(db_name)
 
 
 # `/usr/bin/time -f MAXRSS_FORMAT …` writes a child's peak RSS on its stderr.

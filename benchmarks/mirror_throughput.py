@@ -37,11 +37,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from _bench_db import MAXRSS_FORMAT, ROOT, peak_rss_mib, setup, teardown
+from _bench_db import (
+    BASE,
+    MAXRSS_FORMAT,
+    ROOT,
+    create_database,
+    drop_database,
+    peak_rss_mib,
+    setup,
+    teardown,
+)
 
 CONSOLE_DB = "paperclip_bench_mirror_console"
 SOURCE_DB = "paperclip_bench_mirror_source"
-BASE = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 
 GENERATE = """
 INSERT INTO companies (id, name) VALUES (%(company)s, 'bench');
@@ -112,9 +120,7 @@ def build_source(n: int, name: str):
 
     import psycopg
 
-    with psycopg.connect(f"{BASE}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+    create_database(name)
     dsn = f"{BASE}/{name}"
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute((ROOT / "sandboxes/mirror/paperclip_schema.sql").read_text())
@@ -169,14 +175,11 @@ def empty_console(console_db: str) -> str:
     """A copy of the freshly migrated console (`<console-db>_empty`), for
     `constrained_floor`: CREATE DATABASE … TEMPLATE, with no session on the
     template."""
-    import psycopg
     from django.db import connections
 
     connections.close_all()
     name = f"{console_db}_empty"
-    with psycopg.connect(f"{BASE}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{console_db}"')
+    create_database(name, template=console_db)
     return name
 
 
@@ -232,30 +235,27 @@ def initial_mirror(dsn: str, args) -> None:
     floor_rows, floor_s = floor_seconds(dsn)
     floor_rate = floor_rows / floor_s
     empty_db = empty_console(args.console_db)
-    if args.profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        initial = profiler.runcall(mirror_once, dsn, batch_size=args.batch)
-        profiler.dump_stats(args.profile)
-    else:
-        initial = mirror_once(dsn, batch_size=args.batch)
-    assert m.EnvironmentLease.objects.count() == args.leases, initial.summary()
-    rate = initial.rows_read / initial.seconds
-    print(
-        f"initial mirror: {initial.rows_read:,} rows in {initial.seconds:.1f}s = "
-        f"{rate:,.0f} rows/s (floor, SELECT + COPY of the same columns: {floor_rows:,} rows in "
-        f"{floor_s:.1f}s = {floor_rate:,.0f} rows/s): {floor_rate / rate:.1f}x the floor's time "
-        f"(target <= 2x); {load()}"
-    )
-    print(f"  {initial.summary()}")
     try:
+        if args.profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            initial = profiler.runcall(mirror_once, dsn, batch_size=args.batch)
+            profiler.dump_stats(args.profile)
+        else:
+            initial = mirror_once(dsn, batch_size=args.batch)
+        assert m.EnvironmentLease.objects.count() == args.leases, initial.summary()
+        rate = initial.rows_read / initial.seconds
+        print(
+            f"initial mirror: {initial.rows_read:,} rows in {initial.seconds:.1f}s = "
+            f"{rate:,.0f} rows/s (floor, SELECT + COPY of the same columns: {floor_rows:,} rows"
+            f" in {floor_s:.1f}s = {floor_rate:,.0f} rows/s): {floor_rate / rate:.1f}x the"
+            f" floor's time (target <= 2x); {load()}"
+        )
+        print(f"  {initial.summary()}")
         rows, seconds = constrained_floor(empty_db)
     finally:
-        import psycopg
-
-        with psycopg.connect(f"{BASE}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{empty_db}" WITH (FORCE)')
+        drop_database(empty_db)
     print(
         f"  the console's own tables: COPY of the {rows:,} rows the mirror wrote into an empty"
         f" console (indexes, foreign keys, triggers) in {seconds:.1f}s = {seconds / floor_s:.1f}x"
@@ -373,12 +373,8 @@ def mirror_rss(dsn: str, args) -> None:
     /usr/bin/time."""
     import subprocess
 
-    import psycopg
-
     name = f"{args.console_db}_rss"
-    with psycopg.connect(f"{BASE}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+    create_database(name)
     manage = [sys.executable, str(ROOT / "manage.py")]
     try:
         subprocess.run([*manage, "migrate", "-v0"], env=child_env(name), check=True)
@@ -393,8 +389,7 @@ def mirror_rss(dsn: str, args) -> None:
         )
         seconds = time.monotonic() - started
     finally:
-        with psycopg.connect(f"{BASE}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(name)
     if done.returncode != 0:
         raise SystemExit(f"mirror_paperclip failed:\n{done.stderr[-3000:]}")
     rss = peak_rss_mib(done.stderr)
@@ -444,10 +439,7 @@ def main():
     finally:
         src.close()
         teardown(args.console_db)
-        import psycopg
-
-        with psycopg.connect(f"{BASE}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{args.source_db}" WITH (FORCE)')
+        drop_database(args.source_db)
 
 
 if __name__ == "__main__":
