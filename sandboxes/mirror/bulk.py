@@ -74,7 +74,8 @@ def upsert(
         ]
         cur.execute(
             sql.SQL(
-                "INSERT INTO {t} ({cols}) SELECT {sel} FROM {stage}"
+                # In key order: every writer locks rows in the same order.
+                "INSERT INTO {t} ({cols}) SELECT {sel} FROM {stage} ORDER BY {key}"
                 " ON CONFLICT ({key}) {on_conflict} RETURNING {pk}"
             ).format(
                 t=target,
@@ -104,13 +105,17 @@ def _keys_stamped(meta: Options, rows: list[dict]) -> list[str]:
     return keys
 
 
-def placeholders(model, ids: list, now: datetime) -> tuple[sql.Composed, list]:
+def placeholders(
+    model, ids: list, now: datetime, *, after: str | None = None
+) -> tuple[sql.Composed, list]:
     """(statement, parameters) inserting a placeholder row per id into `model`,
     ON CONFLICT (id) DO NOTHING: INSERT … SELECT FROM unnest(ids), in id order
     (the order every writer takes its locks in, sorted by the server). The row holds
     the placeholder flag, the model's placeholder_defaults (a callable one
     evaluated per id, as MirroredModel.placeholder_for does) and its own
-    defaults for the rest, as `upsert` would write them."""
+    defaults for the rest, as `upsert` would write them. With `after` (the
+    name of an earlier CTE of the same statement, with a RETURNING clause),
+    nothing is inserted before that CTE has run to its end."""
     meta = model._meta
     # One array per column whose value differs by id: the ids, and each callable default.
     arrays: list[tuple[models.Field, list]] = [(meta.pk, [_pk_value(meta, pk) for pk in ids])]
@@ -124,9 +129,13 @@ def placeholders(model, ids: list, now: datetime) -> tuple[sql.Composed, list]:
     constants = model_defaults(model, named) + [(_field(meta, k), v) for k, v in given.items()]
     names = [sql.Identifier(f"v{i}") for i in range(len(arrays))]
     statement = sql.SQL(
-        "INSERT INTO {t} ({cols}) SELECT {sel} FROM unnest({arrays}) AS u({names})"
+        "INSERT INTO {t} ({cols}) SELECT {sel} FROM unnest({arrays}) AS u({names}){after}"
         " ORDER BY u.v0 ON CONFLICT ({pk}) DO NOTHING"
     ).format(
+        # The subquery is evaluated once, before the first row, and reads `after` whole.
+        after=sql.SQL(" WHERE (SELECT count(*) FROM {}) >= 0").format(sql.Identifier(after))
+        if after
+        else sql.SQL(""),
         t=sql.Identifier(meta.db_table),
         cols=sql.SQL(", ").join(sql.Identifier(f.column) for f, _ in (*arrays, *constants)),
         sel=sql.SQL(", ").join(

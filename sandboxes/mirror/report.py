@@ -5,7 +5,7 @@ skipped or quarantined, by reason, and the lease rows that name no sandbox
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -41,6 +41,8 @@ class MirrorReport:
     receipts: int = 0
     intents: int = 0
     settled: int = 0
+    # Pages written again after PostgreSQL chose them as a deadlock's victim.
+    deadlocks: int = 0
     problems: list[Problem] = field(default_factory=list)
     tables_missing: list[str] = field(default_factory=list)
     columns_missing: list[str] = field(default_factory=list)  # "table.column"
@@ -72,6 +74,20 @@ class MirrorReport:
     def not_sandbox(self) -> int:
         return sum(t.not_sandbox for t in self.tables.values())
 
+    def merge(self, other: MirrorReport) -> None:
+        """Add what `other` counted and reported (a page's write, another
+        process's tables) to this report."""
+        for name, theirs in other.tables.items():
+            ours = self.tables.setdefault(name, TableCounts())
+            for counter in fields(TableCounts):
+                total = getattr(ours, counter.name) + getattr(theirs, counter.name)
+                setattr(ours, counter.name, total)
+        self.receipts += other.receipts
+        self.intents += other.intents
+        self.settled += other.settled
+        self.deadlocks += other.deadlocks
+        self.problems.extend(other.problems)
+
     def by_reason(self, action: str) -> Counter:
         """(table, reason kind) → rows, for one action ("skipped"/"quarantined")."""
         return Counter((p.table, p.kind) for p in self.problems if p.action == action)
@@ -94,6 +110,8 @@ class MirrorReport:
         skipped, quarantined = self.by_reason("skipped"), self.by_reason("quarantined")
         if self.unchanged:
             line += f"; {self.unchanged} read again unchanged"
+        if self.deadlocks:
+            line += f"; {self.deadlocks} pages written again after a deadlock"
         line += f"; not a sandbox: {self.not_sandbox}"
         line += f"; skipped {self.skipped}" + (f" ({self._reasons(skipped)})" if skipped else "")
         line += f"; quarantined {self.quarantined}" + (

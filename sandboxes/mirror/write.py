@@ -22,13 +22,19 @@ from psycopg import Cursor, sql
 
 from sandboxes.logging import log_context
 from sandboxes.models import (
+    Agent,
     AuditEvent,
+    Company,
     Environment,
     EnvironmentLease,
     ExecutionWorkspace,
+    HeartbeatRun,
+    Issue,
     LeaseIntent,
+    PaperclipUser,
     PendingExport,
     Receipt,
+    RecoveryAction,
 )
 from sandboxes.models.choices import (
     IntentKind,
@@ -48,20 +54,46 @@ from .values import NotASandbox
 log = logging.getLogger(__name__)
 
 
+# Every writer of a page takes its row locks in this order of tables, and in
+# id order within each: placeholders of the tables before its own, its own
+# rows, then placeholders of the tables after (the foreign keys are checked at
+# commit). Two mirror processes (sync.py) then never wait on each other in a
+# circle: an issue page and a lease page both create workspace placeholders
+# and issue rows, and in the same order.
+WRITE_ORDER: tuple[type[MirroredModel], ...] = (
+    Company,
+    PaperclipUser,
+    Agent,
+    Environment,
+    Issue,
+    ExecutionWorkspace,
+    HeartbeatRun,
+    EnvironmentLease,
+    RecoveryAction,
+)
+
+
 def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
     """Create rows named but not (yet) mirrored as placeholders, in ONE statement
     whatever the page's size or the number of models named: per model, an
     insert-or-nothing of every id named (ON CONFLICT DO NOTHING leaves a row
     already there untouched, placeholder or not). No lookup round trip and no
-    set difference in Python: the unique index answers which ids are new."""
-    named = [(model, list(ids)) for model, ids in refs.items() if ids]
+    set difference in Python: the unique index answers which ids are new.
+
+    The models in WRITE_ORDER, each insert waiting for the one before it to
+    finish (`bulk.placeholders` after=): PostgreSQL runs a statement's CTEs in
+    no stated order of their own, and the order of the locks is the point."""
+    named = sorted(
+        ((model, list(ids)) for model, ids in refs.items() if ids),
+        key=lambda named: WRITE_ORDER.index(named[0]),
+    )
     if not named:
         return
     inserts, params = [], []
     now = timezone.now()
     for i, (model, ids) in enumerate(named):
-        statement, values = bulk.placeholders(model, ids, now)
-        inserts.append(sql.SQL("i{} AS ({})").format(sql.SQL(str(i)), statement))
+        statement, values = bulk.placeholders(model, ids, now, after=f"i{i - 1}" if i else None)
+        inserts.append(sql.SQL("{} AS ({} RETURNING 1)").format(sql.Identifier(f"i{i}"), statement))
         params.extend(values)
     with Cursor(connection.connection) as cur:
         # Data-modifying CTEs all run, whether or not the outer query reads them.
@@ -228,8 +260,10 @@ def _write_rows(rows: list[Row], report: MirrorReport, counts: TableCounts) -> i
         for ref_model, ids in row.refs.items():
             refs.setdefault(ref_model, set()).update(ids)
     refs[model] = refs.get(model, set()) - {row.pk for row in rows}
-    _ensure_exist(refs)
+    rank = WRITE_ORDER.index(model)
+    _ensure_exist({m: ids for m, ids in refs.items() if WRITE_ORDER.index(m) < rank})
     fresh = _upsert(model, rows)
+    _ensure_exist({m: ids for m, ids in refs.items() if WRITE_ORDER.index(m) > rank})
 
     receipts = [
         {"id": uuid.uuid4(), "actor": "paperclip", **r} for row in rows for r in row.receipts
@@ -330,7 +364,9 @@ def _problem(report, counts, table, row_id, reason, action="skipped", kind="") -
         log.warning("mirror: %s row %s %s: %s", table, row_id, action, reason)
 
 
-def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
+def translate_page(table: Table, page: list[dict], report: MirrorReport) -> list:
+    """The page's source rows as console rows (or saves); a row that cannot be
+    read is counted and reported in `report`."""
     counts = report.tables.setdefault(table.name, TableCounts())
     counts.read += len(page)
     translated = []
@@ -349,8 +385,12 @@ def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
                 # event's occurred_at: the newer of the two writers wins.
                 row.fields["source_updated_at"] = src["updated_at"]
             translated.append(row)
-    if not translated:
-        return
+    return translated
+
+
+def write_translated(table: Table, translated: list, report: MirrorReport) -> None:
+    """Write one translated page in one console transaction."""
+    counts = report.tables.setdefault(table.name, TableCounts())
     with transaction.atomic():
         if table.name == "work_folder_runs":
             _write_saves(translated, counts, report)
@@ -370,3 +410,36 @@ def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
                 )
         written = _write_rows(translated, report, counts)
         counts.applied += max(0, written - quarantined)
+
+
+# A page's transaction chosen as a deadlock's victim is written again, up to
+# this many times in all: two mirror processes (sync.py) may each wait on rows
+# the other's page has just inserted (a placeholder and its row).
+WRITE_ATTEMPTS = 3
+
+
+def apply_page(table: Table, page: list[dict], report: MirrorReport) -> None:
+    translated = translate_page(table, page, report)
+    if not translated:
+        return
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        # What the write counts and reports is kept only if it commits.
+        written = MirrorReport()
+        try:
+            write_translated(table, translated, written)
+        except Exception as exc:
+            if attempt == WRITE_ATTEMPTS or connection.in_atomic_block or not _deadlock(exc):
+                raise
+            log.warning("mirror: a %s page lost a deadlock; writing it again", table.name)
+            report.deadlocks += 1
+            continue
+        report.merge(written)
+        return
+
+
+def _deadlock(exc: BaseException) -> bool:
+    """PostgreSQL chose this transaction as a deadlock's victim (40P01), as
+    psycopg raises it or as Django wraps it."""
+    return any(
+        getattr(e, "sqlstate", None) == "40P01" for e in (exc, exc.__cause__) if e is not None
+    )
