@@ -65,6 +65,27 @@ def snapshot(conn: Connection) -> str | None:
     return f"{oid}/{started.isoformat()}/{visible}"
 
 
+def export_snapshot(conn: Connection) -> str | None:
+    """An id another session can read this transaction's snapshot by
+    (`import_snapshot`, while this transaction is open), or None on a standby,
+    where the mirror reads in one process. Not under a savepoint: PostgreSQL
+    exports no snapshot from a subtransaction."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(
+            "SELECT CASE WHEN NOT pg_catalog.pg_is_in_recovery()"
+            " THEN pg_catalog.pg_export_snapshot() END"
+        )
+        row = cur.fetchone()
+    return row[0] if row else None
+
+
+def import_snapshot(conn: Connection, snapshot_id: str) -> None:
+    """Read, in this transaction, what the exporting one sees (the exporter
+    must still be open). Must be the transaction's first statement."""
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_id)))
+
+
 def columns_by_table(conn: Connection, tables: Iterable[str]) -> dict[str, set[str]]:
     """The columns each table has in the connection's search path; a table that
     does not exist (an older Paperclip) is absent from the answer."""

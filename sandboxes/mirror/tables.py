@@ -101,3 +101,19 @@ TABLES = (
         ("company_id", "outcome", "evidence"),
     ),
 )
+
+
+def _named(*names: str) -> tuple[Table, ...]:
+    return tuple(t for t in TABLES if t.name in names)
+
+
+# TABLES in three steps. The tables of one step's groups name one another's
+# rows only through placeholders, so with MIRROR_PROCESSES = 2 the second
+# group is mirrored by a process of its own, reading the same snapshot, while
+# this one mirrors the first (sync.py). The last step's rows find their leases
+# by what the leases hold, so it waits for them.
+STEPS: tuple[tuple[tuple[Table, ...], ...], ...] = (
+    (_named("companies", "user", "agents", "environments"),),
+    (_named("issues", "execution_workspaces", "heartbeat_runs"), _named("environment_leases")),
+    (_named("work_folder_runs", "issue_recovery_actions"),),
+)
