@@ -127,12 +127,21 @@ class Reading:
             return
         first, second = groups
         connections.close_all()  # the child opens its own
+        started = time.monotonic()
         child = Child.start(self, snapshot_id, second)
         try:
             for table in first:
                 self.table(conn, table, report, self.store.checkpoint)
         finally:
+            mine = time.monotonic() - started
             outcome = child.wait()  # the child finishes its pages either way
+        log.debug(
+            "mirror: %s in %.1fs here, %s in %.1fs in a second process",
+            ", ".join(t.name for t in first),
+            mine,
+            ", ".join(t.name for t in second),
+            time.monotonic() - started,
+        )
         outcome.apply(report, self.position)
         self.store.checkpoint(self.position)
 
