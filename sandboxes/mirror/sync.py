@@ -247,11 +247,28 @@ class Child:
         return outcome
 
 
+# The Django connections a child inherited from its parent, kept and never
+# used: closing one, or letting it be collected, would end the parent's
+# session on the socket both hold. The child exits without finalizing them.
+_INHERITED: list = []
+
+
+def _own_connections() -> None:
+    """Give this (forked) process console connections of its own. The parent
+    closes its connections before forking, but what the child's thread sees as
+    its connections may be another context's (after Playwright's greenlets in
+    a test run, say), open on the parent's sockets."""
+    for alias in connections:
+        _INHERITED.append(connections[alias])
+        connections[alias] = connections.create_connection(alias)
+
+
 def _child_main(sender: Connection, reading: Reading, snapshot_id: str, tables) -> None:
     """A child's life: read its tables in the parent's snapshot, write them,
     send back what it did (checkpoints are the parent's: one writer of the
     cursor file)."""
     names = tuple(t.name for t in tables)
+    _own_connections()
     try:
         conn = source.connect(reading.dsn or "")
         try:

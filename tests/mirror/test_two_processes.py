@@ -187,6 +187,25 @@ def test_the_two_processes_take_their_locks_in_one_order(paperclip, settings):
     assert deadlocks == 0
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_child_never_uses_a_connection_it_inherited(paperclip, settings, monkeypatch):
+    """A fork copies the parent's Django connections, open sockets included
+    (after a browser test, the child's thread saw one the parent had not
+    closed: CI, 2026-12-04). Used by both, one session serves two processes'
+    statements at once; closed by the child, it ends the parent's."""
+    p = paperclip
+    for _ in range(3):
+        p.task(p.environment())
+    monkeypatch.setattr(sync.connections, "close_all", lambda: None)  # the parent's stays open
+    settings.MIRROR_PROCESSES = 2
+    m.Company.objects.count()  # the parent's connection is open at the fork
+    report = mirror_once(p.dsn)
+    assert report.tables["environment_leases"].applied == 3, report.summary()
+    assert (
+        m.EnvironmentLease.objects.filter(placeholder=False).count() == 3
+    )  # the parent's still works
+
+
 @pytest.mark.django_db
 def test_inside_a_transaction_the_mirror_reads_in_one_process(paperclip, settings, monkeypatch):
     """A forked child's connection would not see this transaction's rows."""
