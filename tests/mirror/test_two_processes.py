@@ -16,7 +16,7 @@ import pytest
 from django.core.management import call_command
 
 from sandboxes import models as m
-from sandboxes.mirror import source, sync
+from sandboxes.mirror import source, sync, write
 from sandboxes.mirror.sync import MirrorProcessFailed, mirror_once
 from sandboxes.mirror.tables import STEPS, TABLES
 
@@ -24,20 +24,7 @@ from .paperclip import export_resume_marker, termination
 
 # Every model the mirror writes, and the columns that differ run to run
 # (stamps, a receipt's or audit row's random id), left out of the comparison.
-WRITTEN = (
-    m.Company,
-    m.PaperclipUser,
-    m.Agent,
-    m.Environment,
-    m.Issue,
-    m.ExecutionWorkspace,
-    m.HeartbeatRun,
-    m.EnvironmentLease,
-    m.Receipt,
-    m.LeaseIntent,
-    m.PendingExport,
-    m.RecoveryAction,
-)
+WRITTEN = (*write.WRITE_ORDER, m.Receipt, m.LeaseIntent, m.PendingExport)
 STAMPS = {"created_at", "updated_at"}
 
 
