@@ -9,6 +9,7 @@ sees only committed rows (inside a test's transaction the mirror reads in one
 process, as `test_inside_a_transaction_the_mirror_reads_in_one_process` shows).
 """
 
+import os
 import re
 
 import psycopg
@@ -172,6 +173,27 @@ def test_the_two_processes_take_their_locks_in_one_order(paperclip, settings):
         assert report.tables["environment_leases"].applied > 0, report.summary()
         deadlocks += report.deadlocks
     assert deadlocks == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_child_that_dies_without_a_word_fails_the_iteration(paperclip, settings, monkeypatch):
+    """Killed (the OOM killer, say) before it could report: the pipe closes
+    empty, and the parent names the exit code."""
+    p = paperclip
+    p.task(p.environment())
+    apply_page = sync.apply_page
+
+    def dying(table, page, report):
+        if table.name == "environment_leases":
+            os._exit(9)
+        return apply_page(table, page, report)
+
+    monkeypatch.setattr(sync, "apply_page", dying)
+    settings.MIRROR_PROCESSES = 2
+    with pytest.raises(MirrorProcessFailed, match="leases failed: it exited with code 9"):
+        mirror_once(p.dsn)
+    monkeypatch.setattr(sync, "apply_page", apply_page)
+    assert mirror_once(p.dsn).tables["environment_leases"].applied == 1
 
 
 @pytest.mark.django_db(transaction=True)
