@@ -71,6 +71,7 @@ WRITE_ORDER: tuple[type[MirroredModel], ...] = (
     EnvironmentLease,
     RecoveryAction,
 )
+_RANK = {model: rank for rank, model in enumerate(WRITE_ORDER)}
 
 
 def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
@@ -85,7 +86,7 @@ def _ensure_exist(refs: dict[type[MirroredModel], set[UUID]]) -> None:
     no stated order of their own, and the order of the locks is the point."""
     named = sorted(
         ((model, list(ids)) for model, ids in refs.items() if ids),
-        key=lambda named: WRITE_ORDER.index(named[0]),
+        key=lambda named: _RANK[named[0]],
     )
     if not named:
         return
@@ -260,10 +261,11 @@ def _write_rows(rows: list[Row], report: MirrorReport, counts: TableCounts) -> i
         for ref_model, ids in row.refs.items():
             refs.setdefault(ref_model, set()).update(ids)
     refs[model] = refs.get(model, set()) - {row.pk for row in rows}
-    rank = WRITE_ORDER.index(model)
-    _ensure_exist({m: ids for m, ids in refs.items() if WRITE_ORDER.index(m) < rank})
+    # Rows of its own table it names (not on this page) go with the tables before.
+    rank = _RANK[model]
+    _ensure_exist({m: ids for m, ids in refs.items() if _RANK[m] <= rank})
     fresh = _upsert(model, rows)
-    _ensure_exist({m: ids for m, ids in refs.items() if WRITE_ORDER.index(m) > rank})
+    _ensure_exist({m: ids for m, ids in refs.items() if _RANK[m] > rank})
 
     receipts = [
         {"id": uuid.uuid4(), "actor": "paperclip", **r} for row in rows for r in row.receipts
