@@ -271,9 +271,10 @@ MIRROR_INTERVAL_SECONDS = envint("MIRROR_INTERVAL_SECONDS", 10)
 # committed late (its updated_at is its start time) is still picked up.
 MIRROR_OVERLAP_SECONDS = envint("MIRROR_OVERLAP_SECONDS", 30)
 MIRROR_BATCH_SIZE = envint("MIRROR_BATCH_SIZE", 5000)
-# 2: leases are mirrored by a second process while this one mirrors issues,
-# workspaces and runs, both reading one snapshot (sandboxes/mirror/tables.py
-# STEPS); 1: every table in turn, in this process.
+# N > 1: issues, workspaces, runs and leases are shared among N processes (N-1
+# forked), each mirroring its share of every one of those tables, all reading
+# one snapshot (sandboxes/mirror/tables.py STEPS); 1: every table in turn, in
+# this process.
 MIRROR_PROCESSES = envint("MIRROR_PROCESSES", 2)
 
 # django-q2: Redis when REDIS_URL is set, the ORM broker otherwise.

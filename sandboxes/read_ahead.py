@@ -11,7 +11,7 @@ Tried for the mirror's pages too (read and translated ahead): no gain in the
 same runs, where a page's write is many short statements and the thread's
 Python takes the interpreter from the writer as each returns; nor written
 behind by a thread (30,000 leases: 17.3-18.7 s against 14.9 s inline, switch
-intervals 0.5-50 ms). The mirror uses a second process instead
+intervals 0.5-50 ms). The mirror uses more processes instead
 (sandboxes/mirror/sync.py): no interpreter to share.
 """
 

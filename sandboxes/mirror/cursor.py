@@ -180,10 +180,30 @@ class Window:
     def note(self, notes: list[tuple[datetime, str, str]]) -> None:
         self.rows.extend(notes)
 
-    def seen(self, newest: datetime | None) -> dict[str, str]:
-        """The noted rows the next iteration, reading from `newest` less the
-        overlap, reads again (all the last iteration's when none was read)."""
-        if newest is None:
-            return dict(self.before)
-        edge = newest - self.overlap
-        return {key: digest for at, key, digest in self.rows if at >= edge}
+    def reach(self, newest: datetime | None) -> Reach:
+        return Reach(newest, list(self.rows))
+
+
+@dataclass
+class Reach:
+    """How far one reader went through a table in an iteration (one process,
+    or one process's share of the rows): the newest updated_at it read (None
+    when it read no row) and the rows it noted in the window (`Window`)."""
+
+    newest: datetime | None
+    noted: list[tuple[datetime, str, str]] = field(default_factory=list)
+
+
+def reached(
+    before: dict[str, str], overlap: timedelta, reaches: list[Reach]
+) -> tuple[datetime | None, dict[str, str]]:
+    """Where a table's readers leave it: the newest updated_at any of them
+    read, and the rows the next iteration, reading from it less the overlap,
+    reads again (the newest WINDOW_ROWS noted). When none read a row, None
+    and the rows `before` (the last iteration's)."""
+    times = [r.newest for r in reaches if r.newest is not None]
+    if not times:
+        return None, dict(before)
+    edge = max(times) - overlap
+    noted = sorted((n for r in reaches for n in r.noted), key=lambda n: n[0])[-WINDOW_ROWS:]
+    return max(times), {key: digest for at, key, digest in noted if at >= edge}

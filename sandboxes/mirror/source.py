@@ -4,6 +4,7 @@ changed rows of one table streamed in (updated_at, key) order."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
@@ -108,6 +109,28 @@ def columns_by_table(conn: Connection, tables: Iterable[str]) -> dict[str, set[s
     return out
 
 
+@dataclass(frozen=True)
+class Share:
+    """One of `count` mirror processes' part of a table: the rows whose key
+    hashes to `index` (PostgreSQL's hashtext of the key as text, the same in
+    every process of an iteration, which all read one server). Random keys
+    (uuids) share evenly."""
+
+    index: int
+    count: int
+
+    @staticmethod
+    def of(pk: str) -> sql.Composable:
+        """The share a row is in, of as many as the parameter says."""
+        # The hash's sign bit dropped: mod() of a negative number is negative.
+        return sql.SQL("mod(pg_catalog.hashtext({}::text) & 2147483647, %s)").format(
+            sql.Identifier(pk)
+        )
+
+    def condition(self, pk: str) -> tuple[sql.Composable, list[int]]:
+        return sql.SQL("{} = %s").format(self.of(pk)), [self.count, self.index]
+
+
 def changed_rows(
     conn: Connection,
     table: str,
@@ -115,20 +138,31 @@ def changed_rows(
     columns: Iterable[str],
     since: datetime | None,
     batch_size: int,
+    share: Share | None = None,
 ) -> Iterator[list[DictRow]]:
     """Pages of `columns` of the rows with updated_at >= since, in (updated_at,
     pk) order, from ONE server-side cursor: one scan and one sort per table
     per iteration, whatever the number of pages (Paperclip has no index on
-    most tables' updated_at, and the mirror cannot add one)."""
+    most tables' updated_at, and the mirror cannot add one). With `share`,
+    only that share of the rows (`Share`)."""
+    conditions: list[sql.Composable] = []
+    params: list[object] = []
+    if since is not None:
+        conditions.append(sql.SQL("updated_at >= %s"))
+        params.append(since)
+    if share is not None:
+        condition, values = share.condition(pk)
+        conditions.append(condition)
+        params += values
     query = sql.SQL("SELECT {cols} FROM {t} {where} ORDER BY updated_at, {pk}").format(
         cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
         t=sql.Identifier(table),
         pk=sql.Identifier(pk),
-        where=sql.SQL("WHERE updated_at >= %s") if since is not None else sql.SQL(""),
+        where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL(""),
     )
     with conn.cursor(name=f"mirror_{table}") as cur:
         cur.itersize = batch_size
-        cur.execute(query, [since] if since is not None else [])
+        cur.execute(query, params)
         while True:
             rows = cur.fetchmany(batch_size)
             if not rows:

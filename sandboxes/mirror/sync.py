@@ -7,18 +7,21 @@ in the summary, never an aborted iteration. Only the columns the mirror uses
 are selected.
 
 Tables are read in dependency order (`tables.py`) inside one read-only
-snapshot, each through one server-side cursor. Where a step of that order has
-two groups of tables that name each other's rows only through placeholders
-(`STEPS`), a second process mirrors the second group, reading the same snapshot
-(exported by this transaction, imported by the child's), while this one
-mirrors the first: both cores work, where one process waits on the console
-half the time (MIRROR_PROCESSES; one process inside a transaction, whose rows
-a second connection cannot see). The child sends back its counts, problems and
-cursors; the parent alone writes the cursor file. Each page is translated
-(`translate.py`) and written in one console transaction with a fixed number of
-queries (`write.py`); what was read, written, skipped and quarantined goes to
-the iteration's `MirrorReport` (`report.py`). A row that cannot be read is
-reported, counted by reason and skipped; the mirror goes on.
+snapshot, each through one server-side cursor. The step whose tables name one
+another's rows only through placeholders (`STEPS`, issues to leases) is
+shared: with MIRROR_PROCESSES = N, N-1 forked children read the same snapshot
+(exported by this transaction, imported by theirs) and each process mirrors
+its share of every table of the step (`source.Share`, a hash of the row's
+key), so every core works, and on about as much as the others, where one
+process waits on the console half the time (one process inside a
+transaction, whose rows a second connection cannot see). The children send
+back their counts, problems and how far they read; the parent alone moves
+the cursors, once every share is in, and writes the cursor file. Each page
+is translated (`translate.py`) and written in one console transaction with a
+fixed number of queries (`write.py`); what was read, written, skipped and
+quarantined goes to the iteration's `MirrorReport` (`report.py`). A row that
+cannot be read is reported, counted by reason and skipped; the mirror goes
+on.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from django.conf import settings
 from django.db import connection, connections
 
 from . import source
-from .cursor import CursorStore, Position, Window
+from .cursor import CursorStore, Position, Reach, Window, reached
 from .report import MirrorReport, TableCounts
-from .tables import STEPS, TABLES, Table
+from .source import Share
+from .tables import STEPS, TABLES, Step, Table
 from .write import apply_page
 
 log = logging.getLogger(__name__)
@@ -115,39 +119,48 @@ class Reading:
     batch_size: int
     columns: dict[str, list[str] | None] = field(default_factory=dict)
 
-    def step(self, conn, step: tuple[tuple[Table, ...], ...], report: MirrorReport) -> None:
-        """Mirror one step's groups: the second in a process of its own when
-        that may run (`_concurrent`), else one table after another."""
-        groups = [g for g in ([t for t in group if self.columns[t.name]] for group in step) if g]
-        concurrent = len(groups) > 1 and self._concurrent()
-        snapshot_id = source.export_snapshot(conn) if concurrent else None
+    def step(self, conn, step: Step, report: MirrorReport) -> None:
+        """Mirror one step's tables: a shared step's by every process at once,
+        each its share of the rows, when more than one may run (`_concurrent`);
+        else one table after another, here."""
+        tables = [t for t in step.tables if self.columns[t.name]]
+        processes = settings.MIRROR_PROCESSES if step.shared and self._concurrent() else 1
+        snapshot_id = source.export_snapshot(conn) if processes > 1 and tables else None
         if snapshot_id is None:
-            for table in (t for group in groups for t in group):
-                self.table(conn, table, report, self.store.checkpoint)
+            for table in tables:
+                self.advance(table, [self.table(conn, table, report)])
+                self.store.checkpoint(self.position)  # a long first iteration keeps what it did
             return
-        first, second = groups
-        connections.close_all()  # the child opens its own
+        connections.close_all()  # the children open their own
         started = time.monotonic()
-        child = Child.start(self, snapshot_id, second)
+        children = [
+            Child.start(self, snapshot_id, tables, Share(index, processes))
+            for index in range(1, processes)
+        ]
         try:
-            for table in first:
-                self.table(conn, table, report, self.store.checkpoint)
+            mine = {t.name: self.table(conn, t, report, Share(0, processes)) for t in tables}
         finally:
-            mine = time.monotonic() - started
-            outcome = child.wait()  # the child finishes its pages either way
+            here = time.monotonic() - started
+            # Every child finishes its pages either way.
+            outcomes = [child.wait() for child in children]
         log.debug(
-            "mirror: %s in %.1fs here, %s in %.1fs in a second process",
-            ", ".join(t.name for t in first),
-            mine,
-            ", ".join(t.name for t in second),
+            "mirror: %s shared by %d processes in %.1fs, this one's share in %.1fs",
+            ", ".join(t.name for t in tables),
+            processes,
             time.monotonic() - started,
+            here,
         )
-        outcome.apply(report, self.position)
+        for outcome in outcomes:
+            outcome.check()
+        for outcome in outcomes:
+            report.merge(outcome.report)
+        for table in tables:
+            self.advance(table, [mine[table.name], *(o.reaches[table.name] for o in outcomes)])
         self.store.checkpoint(self.position)
 
     def _concurrent(self) -> bool:
-        """A second process may read: it is asked for, the connection string is
-        known, the console's writes commit (inside a transaction only this
+        """More processes may read: they are asked for, the connection string
+        is known, the console's writes commit (inside a transaction only this
         connection sees its rows), and this is no daemon (a django-q2 worker
         may not fork)."""
         return (
@@ -157,13 +170,14 @@ class Reading:
             and not multiprocessing.current_process().daemon
         )
 
-    def table(self, conn, table: Table, report: MirrorReport, checkpoint) -> None:
-        """Mirror one table's rows changed since its cursor, page by page; a row
-        read again behind the cursor that has not changed since the last
-        iteration wrote it is counted, not written again (`cursor.Window`)."""
-        position = self.position
-        since = position.cursors.get(table.name)
-        window = Window(table.pk, self.overlap, position.seen.get(table.name, {}))
+    def table(self, conn, table: Table, report: MirrorReport, share: Share | None = None) -> Reach:
+        """Mirror one table's rows changed since its cursor (`share` of them),
+        page by page; a row read again behind the cursor that has not changed
+        since the last iteration wrote it is counted, not written again
+        (`cursor.Window`). Returns how far it read (`advance` moves the
+        cursor)."""
+        since = self.position.cursors.get(table.name)
+        window = Window(table.pk, self.overlap, self.position.seen.get(table.name, {}))
         newest: datetime | None = None
         columns = self.columns[table.name] or []
         for page in source.changed_rows(
@@ -173,6 +187,7 @@ class Reading:
             columns,
             since - self.overlap if since else None,
             self.batch_size,
+            share,
         ):
             fresh, notes = window.split(page)
             counts = report.tables[table.name]
@@ -182,36 +197,41 @@ class Reading:
                 apply_page(table, fresh, report)
             window.note(notes)
             newest = page[-1]["updated_at"]
-        position.seen[table.name] = window.seen(newest)
+        return window.reach(newest)
+
+    def advance(self, table: Table, reaches: list[Reach]) -> None:
+        """Move the table's cursor to the newest row its readers read, and keep
+        the rows the next iteration reads again."""
+        position = self.position
+        since = position.cursors.get(table.name)
+        newest, seen = reached(position.seen.get(table.name, {}), self.overlap, reaches)
+        position.seen[table.name] = seen
         if newest is not None and (since is None or newest > since):
             position.cursors[table.name] = newest
-            checkpoint(position)  # a long first iteration keeps what it did
 
 
 @dataclass
 class Outcome:
-    """What a child process mirrored: its tables' counts and problems and where
-    each now starts, or why it failed."""
+    """What a child process mirrored: its share's counts and problems and how
+    far it read each table, or why it failed."""
 
     tables: tuple[str, ...]
-    report: MirrorReport | None = None
-    cursors: dict = field(default_factory=dict)
-    seen: dict = field(default_factory=dict)
+    share: Share
+    report: MirrorReport = field(default_factory=MirrorReport)
+    reaches: dict[str, Reach] = field(default_factory=dict)
     failure: str = ""
 
-    def apply(self, report: MirrorReport, position: Position) -> None:
-        if self.report is None:
+    def check(self) -> None:
+        if self.failure:
             raise MirrorProcessFailed(
-                f"the mirror process for {', '.join(self.tables)} failed: {self.failure}"
+                f"the mirror process for share {self.share.index + 1} of {self.share.count} of "
+                f"{', '.join(self.tables)} failed: {self.failure}"
             )
-        report.merge(self.report)
-        position.cursors.update(self.cursors)
-        position.seen.update(self.seen)
 
 
 class MirrorProcessFailed(RuntimeError):
-    """The second process of a step failed; its tables were not (all) written
-    and their cursors stay where they were."""
+    """A process sharing a step failed: its share of the step's tables was not
+    (all) written, and none of their cursors moved."""
 
 
 @dataclass
@@ -219,21 +239,22 @@ class Child:
     process: multiprocessing.process.BaseProcess
     receiver: Connection
     tables: tuple[str, ...]
+    share: Share
 
     @classmethod
-    def start(cls, reading: Reading, snapshot_id: str, tables: list[Table]) -> Child:
+    def start(cls, reading: Reading, snapshot_id: str, tables: list[Table], share: Share) -> Child:
         # fork: the child starts from this process's state, Django set up and
         # the position as read; nothing is pickled on the way in.
         context = multiprocessing.get_context("fork")
         receiver, sender = context.Pipe(duplex=False)
         process = context.Process(
             target=_child_main,
-            args=(sender, reading, snapshot_id, tables),
-            name=f"mirror {'+'.join(t.name for t in tables)}",
+            args=(sender, reading, snapshot_id, tables, share),
+            name=f"mirror share {share.index + 1}/{share.count}",
         )
         process.start()
         sender.close()
-        return cls(process, receiver, tuple(t.name for t in tables))
+        return cls(process, receiver, tuple(t.name for t in tables), share)
 
     def wait(self) -> Outcome:
         try:
@@ -243,7 +264,9 @@ class Child:
         self.process.join()
         self.receiver.close()
         if not isinstance(outcome, Outcome):
-            return Outcome(self.tables, failure=f"it exited with code {self.process.exitcode}")
+            return Outcome(
+                self.tables, self.share, failure=f"it exited with code {self.process.exitcode}"
+            )
         return outcome
 
 
@@ -263,33 +286,30 @@ def _own_connections() -> None:
         connections[alias] = connections.create_connection(alias)
 
 
-def _child_main(sender: Connection, reading: Reading, snapshot_id: str, tables) -> None:
-    """A child's life: read its tables in the parent's snapshot, write them,
-    send back what it did (checkpoints are the parent's: one writer of the
-    cursor file)."""
+def _child_main(
+    sender: Connection, reading: Reading, snapshot_id: str, tables: list[Table], share: Share
+) -> None:
+    """A child's life: read its share of the tables in the parent's snapshot,
+    write it, send back what it did and how far it read (the cursors are the
+    parent's: one writer of the cursor file)."""
     names = tuple(t.name for t in tables)
     _own_connections()
     try:
         conn = source.connect(reading.dsn or "")
         try:
             report = MirrorReport(source=source.describe(conn))
+            reaches = {}
             with conn.transaction():
                 source.import_snapshot(conn, snapshot_id)
                 for table in tables:
                     report.tables.setdefault(table.name, TableCounts())
-                    reading.table(conn, table, report, lambda position: None)
+                    reaches[table.name] = reading.table(conn, table, report, share)
         finally:
             conn.close()
-        position = reading.position
-        outcome = Outcome(
-            names,
-            report,
-            {n: position.cursors[n] for n in names if n in position.cursors},
-            {n: position.seen[n] for n in names if n in position.seen},
-        )
+        outcome = Outcome(names, share, report, reaches)
     except BaseException as exc:  # reported to the parent, which raises it
-        log.exception("mirror process for %s failed", ", ".join(names))
-        outcome = Outcome(names, failure=f"{type(exc).__name__}: {exc}")
+        log.exception("mirror process for share %d of %s failed", share.index + 1, ", ".join(names))
+        outcome = Outcome(names, share, failure=f"{type(exc).__name__}: {exc}")
     finally:
         connections.close_all()
     sender.send(outcome)

@@ -107,13 +107,26 @@ def _named(*names: str) -> tuple[Table, ...]:
     return tuple(t for t in TABLES if t.name in names)
 
 
-# TABLES in three steps. The tables of one step's groups name one another's
-# rows only through placeholders, so with MIRROR_PROCESSES = 2 the second
-# group is mirrored by a process of its own, reading the same snapshot, while
-# this one mirrors the first (sync.py). The last step's rows find their leases
-# by what the leases hold, so it waits for them.
-STEPS: tuple[tuple[tuple[Table, ...], ...], ...] = (
-    (_named("companies", "user", "agents", "environments"),),
-    (_named("issues", "execution_workspaces", "heartbeat_runs"), _named("environment_leases")),
-    (_named("work_folder_runs", "issue_recovery_actions"),),
+@dataclass(frozen=True)
+class Step:
+    """Tables mirrored one after another; with `shared`, by every mirror
+    process at once, each its share of each table's rows (sync.py)."""
+
+    tables: tuple[Table, ...]
+    shared: bool = False
+
+
+# TABLES in three steps. The middle step's tables name one another's rows only
+# through placeholders, so with MIRROR_PROCESSES = N its rows are shared among
+# N processes by a hash of each row's key, all reading one snapshot: each
+# process mirrors its share of issues, workspaces, runs and leases, and every
+# share costs about the same. The last step's rows find their leases by what
+# the leases hold, so it waits for them.
+STEPS: tuple[Step, ...] = (
+    Step(_named("companies", "user", "agents", "environments")),
+    Step(
+        _named("issues", "execution_workspaces", "heartbeat_runs", "environment_leases"),
+        shared=True,
+    ),
+    Step(_named("work_folder_runs", "issue_recovery_actions")),
 )

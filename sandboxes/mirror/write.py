@@ -57,9 +57,9 @@ log = logging.getLogger(__name__)
 # Every writer of a page takes its row locks in this order of tables, and in
 # id order within each: placeholders of the tables before its own, its own
 # rows, then placeholders of the tables after (the foreign keys are checked at
-# commit). Two mirror processes (sync.py) then never wait on each other in a
-# circle: an issue page and a lease page both create workspace placeholders
-# and issue rows, and in the same order.
+# commit). Mirror processes sharing a step (sync.py) then never wait on each
+# other in a circle: an issue page and a lease page both create workspace
+# placeholders and issue rows, and in the same order.
 WRITE_ORDER: tuple[type[MirroredModel], ...] = (
     Company,
     PaperclipUser,
@@ -415,7 +415,7 @@ def write_translated(table: Table, translated: list, report: MirrorReport) -> No
 
 
 # A page's transaction chosen as a deadlock's victim is written again, up to
-# this many times in all: two mirror processes (sync.py) may each wait on rows
+# this many times in all: mirror processes (sync.py) may each wait on rows
 # the other's page has just inserted (a placeholder and its row).
 WRITE_ATTEMPTS = 3
 

@@ -1,23 +1,27 @@
-"""Two mirror processes (sandboxes/mirror/sync.py, MIRROR_PROCESSES = 2): leases
-mirrored by a forked child reading the parent's exported snapshot, while the
-parent mirrors issues, workspaces and runs. They must write what one process
-writes, report what it reports, keep the cursor honest when the child fails,
-and fall back to one process where a second cannot see the rows.
+"""Mirror processes sharing a step (sandboxes/mirror/sync.py, MIRROR_PROCESSES =
+N): forked children reading the parent's exported snapshot, each process
+mirroring its share (`source.Share`) of issues, workspaces, runs and leases.
+They must write what one process writes, report what it reports, keep the
+cursors honest when a child fails, and fall back to one process where a
+second cannot see the rows.
 
 Transactional tests: the child has a console connection of its own, which
 sees only committed rows (inside a test's transaction the mirror reads in one
 process, as `test_inside_a_transaction_the_mirror_reads_in_one_process` shows).
 """
 
+import multiprocessing
 import os
 import re
 
 import psycopg
 import pytest
 from django.core.management import call_command
+from psycopg import sql
 
 from sandboxes import models as m
 from sandboxes.mirror import source, sync, write
+from sandboxes.mirror.source import Share
 from sandboxes.mirror.sync import MirrorProcessFailed, mirror_once
 from sandboxes.mirror.tables import STEPS, TABLES
 
@@ -84,6 +88,33 @@ def mirror_with(settings, processes: int, paperclip, **kwargs):
     return mirror_once(paperclip.dsn, full=True, **kwargs)
 
 
+def in_a_child() -> bool:
+    return multiprocessing.parent_process() is not None
+
+
+def shares(p, table: str, count: int = 2) -> dict[int, set]:
+    """The ids of `table` in each share, as the mirror's query splits them."""
+    query = sql.SQL("SELECT id, {} AS share FROM {}").format(Share.of("id"), sql.Identifier(table))
+    rows = p.conn.execute(query, [count]).fetchall()
+    out: dict[int, set] = {i: set() for i in range(count)}
+    for pk, share in rows:
+        out[share].add(pk)
+    return out
+
+
+def tasks_in_both_shares(p, env) -> list:
+    """Tasks until both shares of two hold a lease (ids are random)."""
+    tasks = [p.task(env) for _ in range(4)]
+    while not all(shares(p, "environment_leases").values()):
+        tasks.append(p.task(env))
+    return tasks
+
+
+def problems(report) -> list:
+    """The problems named, in no process's order."""
+    return sorted((p.table, p.row_id, p.reason, p.action) for p in report.problems)
+
+
 def summary(report) -> str:
     """The summary line without its duration."""
     return re.sub(r" in [0-9.]+s ", " ", report.summary())
@@ -102,14 +133,52 @@ def test_two_processes_write_and_report_what_one_does(paperclip, settings, monke
     alone = console_state()
     reset_console()
     two = mirror_with(settings, 2, paperclip, batch_size=3)
-    assert len(started) == 1, "the leases were not mirrored by a second process"
+    assert len(started) == 1, "no second process shared the leases' step"
     assert console_state() == alone
     assert summary(two) == summary(one)
-    assert [(p.table, p.row_id, p.reason, p.action) for p in two.problems] == [
-        (p.table, p.row_id, p.reason, p.action) for p in one.problems
-    ]
+    assert problems(two) == problems(one)
     assert two.tables["environment_leases"].applied == one.tables["environment_leases"].applied > 0
     assert two.quarantined == 1 and two.skipped == 1 and two.not_sandbox == 1, two.summary()
+    reset_console()
+    three = mirror_with(settings, 3, paperclip, batch_size=3)
+    assert len(started) == 3, "two more processes did not share the step"
+    assert console_state() == alone
+    assert summary(three) == summary(one)
+    assert problems(three) == problems(one)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_process_reads_its_share_of_every_table_of_the_step(paperclip, settings, monkeypatch):
+    """The shares split each table's rows between the processes, none read
+    twice and none left out: what each process read, by table."""
+    p = paperclip
+    tasks_in_both_shares(p, p.environment())
+    read: list[tuple] = []
+    changed_rows = source.changed_rows
+
+    def noting(conn, table, pk, columns, since, batch_size, share=None):
+        for page in changed_rows(conn, table, pk, columns, since, batch_size, share):
+            read.extend((table, share, row[pk]) for row in page)
+            yield page
+
+    monkeypatch.setattr(source, "changed_rows", noting)
+    settings.MIRROR_PROCESSES = 1
+    one = mirror_once(p.dsn, full=True)
+    assert all(share is None for _, share, _ in read)
+    assert one.tables["environment_leases"].applied == len(
+        shares(p, "environment_leases")[0]
+    ) + len(shares(p, "environment_leases")[1])
+    # Forked children note in their own memory: their share is what the parent's is not.
+    read.clear()
+    settings.MIRROR_PROCESSES = 2
+    two = mirror_once(p.dsn, full=True)
+    for table in ("issues", "execution_workspaces", "heartbeat_runs", "environment_leases"):
+        mine = {pk for name, share, pk in read if name == table}
+        assert {share for name, share, _ in read if name == table} == {Share(0, 2)}
+        assert mine == shares(p, table)[0], table
+        assert two.tables[table].read == sum(map(len, shares(p, table).values())), table
+    # Outside the shared step, the parent alone reads every row.
+    assert {share for name, share, _ in read if name == "environments"} == {None}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -131,11 +200,11 @@ def test_the_next_iteration_starts_where_both_processes_stopped(paperclip, setti
 def test_a_failed_child_fails_the_iteration_and_keeps_its_cursors(paperclip, settings, monkeypatch):
     p = paperclip
     env = p.environment()
-    tasks = [p.task(env) for _ in range(3)]
+    tasks = tasks_in_both_shares(p, env)
     apply_page = sync.apply_page
 
     def failing(table, page, report):
-        if table.name == "environment_leases":
+        if table.name == "environment_leases" and in_a_child():
             raise psycopg.OperationalError("the console went away")
         return apply_page(table, page, report)
 
@@ -143,13 +212,16 @@ def test_a_failed_child_fails_the_iteration_and_keeps_its_cursors(paperclip, set
     settings.MIRROR_PROCESSES = 2
     with pytest.raises(MirrorProcessFailed, match="environment_leases failed: OperationalError"):
         mirror_once(p.dsn)
-    # The parent's tables were written; the child's were not.
-    assert m.Issue.objects.filter(placeholder=False).count() == 3
-    assert not m.EnvironmentLease.objects.filter(placeholder=False).exists()
+    # The parent's share was written, and the child's issues before its leases.
+    assert m.Issue.objects.filter(placeholder=False).count() == len(tasks)
+    written = set(m.EnvironmentLease.objects.filter(placeholder=False).values_list("pk", flat=True))
+    assert written == shares(p, "environment_leases")[0]
     monkeypatch.setattr(sync, "apply_page", apply_page)
     report = mirror_once(p.dsn)
-    # Nothing was skipped for good: the leases' cursor had not moved.
-    assert report.tables["environment_leases"].applied == 3, report.summary()
+    # Nothing was skipped for good: no cursor of the step had moved, the
+    # parent's share's included.
+    assert report.tables["environment_leases"].applied == len(tasks), report.summary()
+    assert report.tables["issues"].read == len(tasks), report.summary()
     assert {lease["id"] for *_, lease in tasks} == set(
         m.EnvironmentLease.objects.filter(placeholder=False).values_list("pk", flat=True)
     )
@@ -180,11 +252,11 @@ def test_a_child_that_dies_without_a_word_fails_the_iteration(paperclip, setting
     """Killed (the OOM killer, say) before it could report: the pipe closes
     empty, and the parent names the exit code."""
     p = paperclip
-    p.task(p.environment())
+    tasks = tasks_in_both_shares(p, p.environment())
     apply_page = sync.apply_page
 
     def dying(table, page, report):
-        if table.name == "environment_leases":
+        if table.name == "environment_leases" and in_a_child():
             os._exit(9)
         return apply_page(table, page, report)
 
@@ -193,7 +265,7 @@ def test_a_child_that_dies_without_a_word_fails_the_iteration(paperclip, setting
     with pytest.raises(MirrorProcessFailed, match="leases failed: it exited with code 9"):
         mirror_once(p.dsn)
     monkeypatch.setattr(sync, "apply_page", apply_page)
-    assert mirror_once(p.dsn).tables["environment_leases"].applied == 1
+    assert mirror_once(p.dsn).tables["environment_leases"].applied == len(tasks)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -240,9 +312,12 @@ def test_without_an_exported_snapshot_the_mirror_reads_in_one_process(
 
 
 def test_the_steps_hold_every_table_once_in_dependency_order():
-    flat = [t for step in STEPS for group in step for t in group]
+    flat = [t for step in STEPS for t in step.tables]
     assert flat == list(TABLES)
-    assert all(len(step) <= 2 for step in STEPS)
+    # Shared: the tables whose rows name one another only through placeholders.
+    assert [[t.name for t in step.tables] for step in STEPS if step.shared] == [
+        ["issues", "execution_workspaces", "heartbeat_runs", "environment_leases"]
+    ]
 
 
 def test_an_exported_snapshot_is_what_the_importer_reads(paperclip):
