@@ -130,7 +130,11 @@ def _binary(columns: Sequence[tuple[str, str]], rows: list[Sequence[Any]]) -> bo
     # The rows' type signatures: a page holds a handful of distinct ones.
     for signature in {tuple(map(type, row)) for row in rows}:
         for kind, allowed in zip(signature, takes, strict=True):
-            if kind is not _NONE and kind not in allowed:
+            if kind is _NONE or kind in allowed:
+                continue
+            # A choice (Django's TextChoices: a str) is written as its str;
+            # bool, an int, is not taken for an integer column.
+            if not (str in allowed and issubclass(kind, str)):
                 return False
     aware = _BINARY["timestamp with time zone"]
     stamps = [i for i, allowed in enumerate(takes) if allowed is aware]
@@ -194,14 +198,20 @@ def stage_fields(
 ) -> str:
     """`stage` of model records (`keys` → value; each key's field in `fields`),
     JSON wrapped and a row given for a foreign key as its key (`adapt`)."""
-    adapted = [
-        i for i, f in enumerate(fields) if isinstance(f, models.JSONField | models.ForeignKey)
-    ]
+    # `adapt` unrolled: a call per row and JSON or foreign-key column, else.
+    json_at = [i for i, f in enumerate(fields) if isinstance(f, models.JSONField)]
+    key_at = [i for i, f in enumerate(fields) if isinstance(f, models.ForeignKey)]
+    dumps = pg_json.dumps
 
     def values(record: dict) -> list[Any]:
         row = list(map(record.get, keys))
-        for i in adapted:
-            row[i] = adapt(fields[i], row[i])
+        for i in json_at:
+            if row[i] is not None:
+                row[i] = Jsonb(row[i], dumps=dumps)
+        for i in key_at:
+            value = row[i]
+            if isinstance(value, models.Model):
+                row[i] = value.pk
         return row
 
     return stage(

@@ -15,6 +15,7 @@ Runs on Django's own connection, inside the caller's transaction.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
@@ -31,6 +32,16 @@ def _field(meta: Options, key: str) -> models.Field:
     return cast(models.Field, meta.get_field(key))
 
 
+@dataclass(frozen=True)
+class Upserted:
+    """What an upsert did: how many records it wrote (inserted or updated), and
+    the conflict keys of those it left alone (a key's values as a tuple, or the
+    one value of a one-column key), in no order."""
+
+    written: int
+    skipped: list
+
+
 def upsert(
     model: type[models.Model],
     records: Iterable[dict],
@@ -38,15 +49,19 @@ def upsert(
     update: Iterable[str] | None = None,
     conflict: Iterable[str] = ("id",),
     newer_only: bool = False,
-) -> list:
+) -> Upserted:
     """Insert `records` (field name → value; `id` included) into `model`'s table.
 
-    On a conflict on `conflict`, update the fields in `update` (and
-    `updated_at`), or do nothing when `update` is None. With `newer_only`, a
-    stored row whose `source_updated_at` is newer than the record's is left as
-    it is (ingest and the mirror both write these rows; the newer source time
-    wins, under the row lock ON CONFLICT takes). Returns the ids written
-    (inserted or updated), in no order.
+    On a conflict on `conflict` (columns that are never NULL), update the
+    fields in `update` (and `updated_at`), or do nothing when `update` is None.
+    With `newer_only`, a stored row whose `source_updated_at` is newer than the
+    record's is left as it is (ingest and the mirror both write these rows; the
+    newer source time wins, under the row lock ON CONFLICT takes).
+
+    The statement returns the keys of the records it did not write, usually
+    none, rather than the thousands it did: a page's ids back as UUID objects,
+    hashed into a set and looked up row by row cost more Python than the
+    upsert's own COPY.
     """
     by_key: dict = {}
     conflict = tuple(conflict)
@@ -54,12 +69,16 @@ def upsert(
         by_key[tuple(record.get(c) for c in conflict)] = record  # last one wins
     rows = list(by_key.values())
     if not rows:
-        return []
+        return Upserted(0, [])
     meta = model._meta
     keys = _keys_stamped(meta, rows)
     # A record's keys are field names or attnames ("lease_id"): both resolve.
     fields = [_field(meta, key) for key in keys]
     constants = model_defaults(model, set(fields))
+    key_columns = [_field(meta, c).column for c in conflict]
+    if any(_field(meta, c).null for c in conflict):
+        # NULLs never conflict, nor equal: the skipped rows could not be found.
+        raise ValueError(f"{model.__name__}: conflict columns {conflict} must be NOT NULL")
     if not connection.in_atomic_block:
         # The staging table empties at every commit: COPY and INSERT must share one.
         raise RuntimeError("bulk.upsert runs inside transaction.atomic()")
@@ -72,24 +91,31 @@ def upsert(
         select = [sql.Identifier(f.column) for f in fields] + [
             sql.SQL("%s::{}").format(sql.SQL(db_type(f))) for f, _ in constants
         ]
+        key = sql.SQL(", ").join(map(sql.Identifier, key_columns))
         cur.execute(
             sql.SQL(
                 # In key order: every writer locks rows in the same order.
-                "INSERT INTO {t} ({cols}) SELECT {sel} FROM {stage} ORDER BY {key}"
-                " ON CONFLICT ({key}) {on_conflict} RETURNING {pk}"
+                "WITH written AS (INSERT INTO {t} ({cols}) SELECT {sel} FROM {stage} ORDER BY {key}"
+                " ON CONFLICT ({key}) {on_conflict} RETURNING {key})"
+                " SELECT {staged_key} FROM {stage} AS s WHERE NOT EXISTS"
+                " (SELECT FROM written AS w WHERE {same})"
             ).format(
                 t=target,
                 cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
                 sel=sql.SQL(", ").join(select),
                 stage=sql.Identifier(stage),
-                key=sql.SQL(", ").join(sql.Identifier(_field(meta, c).column) for c in conflict),
+                key=key,
                 on_conflict=_on_conflict(meta, target, update, newer_only),
-                pk=sql.Identifier(meta.pk.column),
+                staged_key=sql.SQL(", ").join(sql.Identifier("s", c) for c in key_columns),
+                same=sql.SQL(" AND ").join(
+                    sql.SQL("{} = {}").format(sql.Identifier("w", c), sql.Identifier("s", c))
+                    for c in key_columns
+                ),
             ),
             [adapt(f, value) for f, value in constants],
         )
-        written = [row[0] for row in cur.fetchall()]
-    return written
+        skipped = [row if len(row) > 1 else row[0] for row in cur.fetchall()]
+    return Upserted(len(rows) - len(skipped), skipped)
 
 
 def _keys_stamped(meta: Options, rows: list[dict]) -> list[str]:

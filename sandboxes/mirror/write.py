@@ -109,15 +109,16 @@ def _upsert(model: type[models.Model], rows: list[Row]) -> list[Row]:
     if not rows:
         return rows
     fields = sorted({f for row in rows for f in row.fields})
-    written = set(
-        bulk.upsert(
-            model,
-            ({"id": row.pk, "placeholder": bool(row.quarantined), **row.fields} for row in rows),
-            update=[*fields, "placeholder"],
-            newer_only=True,
-        )
-    )
-    return [row for row in rows if row.pk in written]
+    skipped = bulk.upsert(
+        model,
+        ({"id": row.pk, "placeholder": bool(row.quarantined), **row.fields} for row in rows),
+        update=[*fields, "placeholder"],
+        newer_only=True,
+    ).skipped
+    if not skipped:
+        return rows
+    left = set(skipped)
+    return [row for row in rows if row.pk not in left]
 
 
 def _fill_providers(rows: list[Row]) -> None:
@@ -271,9 +272,9 @@ def _write_rows(rows: list[Row], report: MirrorReport, counts: TableCounts) -> i
         {"id": uuid.uuid4(), "actor": "paperclip", **r} for row in rows for r in row.receipts
     ]
     if receipts:
-        report.receipts += len(
-            bulk.upsert(Receipt, receipts, update=None, conflict=("lease_id", "kind", "request_id"))
-        )
+        report.receipts += bulk.upsert(
+            Receipt, receipts, update=None, conflict=("lease_id", "kind", "request_id")
+        ).written
     intents = [{"placeholder": False, **i} for row in fresh for i in row.intents]
     if intents:
         bulk.upsert(

@@ -172,6 +172,18 @@ def test_any_other_value_sends_the_page_as_text_with_the_same_result(column, val
     assert back[0] == binary_back[0] and back[2] == binary_back[2]
 
 
+def test_a_choice_is_text_and_keeps_the_page_binary():
+    """A receipt's kind is a TextChoices member (a str): the receipts' pages
+    went as text COPY for it."""
+    rows = [typed_row(n) for n in range(3)]
+    odd = list(rows[1])
+    odd[1], odd[2] = m.ReceiptKind.TERMINATION, m.LeaseStatus.RETAINED
+    back, formats = staged_with_format([rows[0], odd, rows[2]])
+    assert formats == [True]
+    assert back[1][1:3] == ("termination", "retained")
+    assert type(back[1][1]) is str
+
+
 def test_a_column_type_without_a_binary_dumper_listed_goes_as_text():
     with transaction.atomic(), raw_cursor() as cur:
         name = stage(cur, "t", [("a", "bigint[]")], [([1, 2],)])
