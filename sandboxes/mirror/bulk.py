@@ -63,10 +63,12 @@ def upsert(
     hashed into a set and looked up row by row cost more Python than the
     upsert's own COPY.
     """
-    by_key: dict = {}
     conflict = tuple(conflict)
-    for record in records:
-        by_key[tuple(record.get(c) for c in conflict)] = record  # last one wins
+    # By key, the last record of a key winning (and keeping the first's place).
+    if len(conflict) == 1:
+        by_key = {record.get(conflict[0]): record for record in records}
+    else:
+        by_key = {tuple(map(record.get, conflict)): record for record in records}
     rows = list(by_key.values())
     if not rows:
         return Upserted(0, [])

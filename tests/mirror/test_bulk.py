@@ -67,3 +67,14 @@ def test_a_key_that_may_be_null_is_refused():
     be told from the ones written."""
     with transaction.atomic(), pytest.raises(ValueError, match="NOT NULL"):
         bulk.upsert(m.HeartbeatRun, [{"id": uuid.uuid4()}], update=None, conflict=("issue_id",))
+
+
+def test_of_records_with_one_key_the_last_is_written():
+    pk = uuid.uuid4()
+    now = timezone.now()
+    with transaction.atomic():
+        done = bulk.upsert(
+            m.Issue, [*issues([pk], now, "first"), *issues([pk], now, "last")], update=["title"]
+        )
+    assert done == Upserted(1, [])
+    assert m.Issue.objects.get(pk=pk).title == "last"
