@@ -204,6 +204,7 @@ def reached(
     times = [r.newest for r in reaches if r.newest is not None]
     if not times:
         return None, dict(before)
-    edge = max(times) - overlap
+    newest = max(times)
+    edge = newest - overlap
     noted = sorted((n for r in reaches for n in r.noted), key=lambda n: n[0])[-WINDOW_ROWS:]
-    return max(times), {key: digest for at, key, digest in noted if at >= edge}
+    return newest, {key: digest for at, key, digest in noted if at >= edge}

@@ -152,7 +152,6 @@ class Reading:
         )
         for outcome in outcomes:
             outcome.check()
-        for outcome in outcomes:
             report.merge(outcome.report)
         for table in tables:
             self.advance(table, [mine[table.name], *(o.reaches[table.name] for o in outcomes)])

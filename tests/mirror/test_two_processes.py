@@ -131,20 +131,16 @@ def test_two_processes_write_and_report_what_one_does(paperclip, settings, monke
     one = mirror_with(settings, 1, paperclip, batch_size=3)
     assert not started
     alone = console_state()
-    reset_console()
-    two = mirror_with(settings, 2, paperclip, batch_size=3)
-    assert len(started) == 1, "no second process shared the leases' step"
-    assert console_state() == alone
-    assert summary(two) == summary(one)
-    assert problems(two) == problems(one)
-    assert two.tables["environment_leases"].applied == one.tables["environment_leases"].applied > 0
-    assert two.quarantined == 1 and two.skipped == 1 and two.not_sandbox == 1, two.summary()
-    reset_console()
-    three = mirror_with(settings, 3, paperclip, batch_size=3)
-    assert len(started) == 3, "two more processes did not share the step"
-    assert console_state() == alone
-    assert summary(three) == summary(one)
-    assert problems(three) == problems(one)
+    for processes, children in ((2, 1), (3, 3)):  # `started` counts every child so far
+        reset_console()
+        shared = mirror_with(settings, processes, paperclip, batch_size=3)
+        assert len(started) == children, f"{processes} processes did not share the step"
+        assert console_state() == alone
+        assert summary(shared) == summary(one)
+        assert problems(shared) == problems(one)
+        leases = shared.tables["environment_leases"].applied
+        assert leases == one.tables["environment_leases"].applied > 0
+        assert shared.quarantined == 1 and shared.skipped == 1 and shared.not_sandbox == 1
 
 
 @pytest.mark.django_db(transaction=True)
