@@ -22,6 +22,7 @@ under 150 MiB RSS. The machine's load average is printed beside each figure.
 """
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -213,6 +214,59 @@ def load_events_child(path: str, db_url: str) -> tuple[float, float, str]:
     return seconds, rss, progress[-1] if progress else ""
 
 
+class DatabaseTime:
+    """How long the caller waited on the database while it ran: every
+    statement (a Django execute wrapper) and every commit, where the deferred
+    foreign keys are checked. The rest of a run's time is Python's. Beside the
+    floor, it bounds what a faster client could reach: with Python free, a run
+    still costs its database time."""
+
+    def __init__(self) -> None:
+        self.statements = 0.0
+        self.commits = 0.0
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.statements += time.perf_counter() - started
+            self.count += 1
+
+    @contextlib.contextmanager
+    def timing(self):
+        from django.db import connection
+
+        commit = connection._commit
+
+        def timed_commit():
+            started = time.perf_counter()
+            try:
+                return commit()
+            finally:
+                self.commits += time.perf_counter() - started
+
+        connection._commit = timed_commit
+        try:
+            with connection.execute_wrapper(self):
+                yield self
+        finally:
+            del connection._commit  # the class's own again
+
+    def line(self, seconds: float, batches: int, floor_per_batch: float, note: str = "") -> str:
+        per = 1000 / batches
+        database = self.statements + self.commits
+        return (
+            f"  per batch: {seconds * per:5.1f} ms = database {database * per:5.1f} ms "
+            f"({self.count / batches:.0f} statements {self.statements * per:.1f} ms, "
+            f"commits {self.commits * per:.1f} ms) + Python {(seconds - database) * per:5.1f} ms"
+            f"{note}; the floor's batch {floor_per_batch * 1000:.1f} ms: the database alone "
+            f"is {database / batches / floor_per_batch:.1f}x it, Python alone "
+            f"{(seconds - database) / batches / floor_per_batch:.1f}x"
+        )
+
+
 def warm_up(client, token: str) -> None:
     """One request of an empty batch (accepted, no event): a server has loaded its URLconf,
     and the views and schemas it imports, before its first event. Unwarmed, the
@@ -271,9 +325,12 @@ def measure(args, label: str, token: str) -> tuple[float, float]:
     client = Client()
     warm_up(client, token)
     checkpoint()
+    api_time = DatabaseTime()
     started = time.perf_counter()
-    profiled(args, "api", post_all, client, bodies, token)
+    with api_time.timing():
+        profiled(args, "api", post_all, client, bodies, token)
     api = time.perf_counter() - started
+    batches = len(bodies)
     api_rate = args.events / api
     print(
         f"API          {args.events:,} events in {len(bodies)} batches of {args.batch}: "
@@ -296,17 +353,19 @@ def measure(args, label: str, token: str) -> tuple[float, float]:
         path = os.path.join(tmp, "events.jsonl")
         write_jsonl(path, args.events)
         checkpoint()
+        file_time = DatabaseTime()
         started = time.perf_counter()
-        profiled(
-            args,
-            "load_events",
-            call_command,
-            "load_events",
-            path,
-            batch_size=args.batch,
-            stdout=io.StringIO(),
-            stderr=io.StringIO(),
-        )
+        with file_time.timing():
+            profiled(
+                args,
+                "load_events",
+                call_command,
+                "load_events",
+                path,
+                batch_size=args.batch,
+                stdout=io.StringIO(),
+                stderr=io.StringIO(),
+            )
         loaded = time.perf_counter() - started
     file_rate = args.events / loaded
     print(
@@ -330,6 +389,19 @@ def measure(args, label: str, token: str) -> tuple[float, float]:
         f"  with the foreign keys: {keyed:6.2f} s, {keyed_rate:8,.0f} events/s = "
         f"{keyed / floor:.1f}x the floor's time (API {keyed_rate / api_rate:.1f}x slower, "
         f"load_events {keyed_rate / file_rate:.1f}x)  ({load()})",
+        flush=True,
+    )
+    floor_per_batch = floor / (2 * batches)
+    print("API", api_time.line(api, batches, floor_per_batch), flush=True)
+    print(
+        "load_events",
+        file_time.line(
+            loaded,
+            batches,
+            floor_per_batch,
+            " (its statements as waited for: the thread validating the next batch can hold"
+            " the interpreter when one returns)",
+        ),
         flush=True,
     )
     return api_rate, file_rate
