@@ -102,10 +102,16 @@ def shares(p, table: str, count: int = 2) -> dict[int, set]:
     return out
 
 
+# The tables of the shared step: a task writes a row in each.
+SHARED_TABLES = ("issues", "execution_workspaces", "heartbeat_runs", "environment_leases")
+
+
 def tasks_in_both_shares(p, env) -> list:
-    """Tasks until both shares of two hold a lease (ids are random)."""
+    """Tasks until both shares of two hold a row of every table of the shared
+    step (ids are random: a share of one table may be empty when the other
+    tables' are not)."""
     tasks = [p.task(env) for _ in range(4)]
-    while not all(shares(p, "environment_leases").values()):
+    while not all(all(shares(p, table).values()) for table in SHARED_TABLES):
         tasks.append(p.task(env))
     return tasks
 
@@ -168,7 +174,7 @@ def test_each_process_reads_its_share_of_every_table_of_the_step(paperclip, sett
     read.clear()
     settings.MIRROR_PROCESSES = 2
     two = mirror_once(p.dsn, full=True)
-    for table in ("issues", "execution_workspaces", "heartbeat_runs", "environment_leases"):
+    for table in SHARED_TABLES:
         mine = {pk for name, share, pk in read if name == table}
         assert {share for name, share, _ in read if name == table} == {Share(0, 2)}
         assert mine == shares(p, table)[0], table
