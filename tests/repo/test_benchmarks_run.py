@@ -41,7 +41,7 @@ _SPLIT = re.compile(
 def test_the_ingest_benchmark_splits_each_batch_into_database_and_python_time():
     """Each path's batch, as the database's time (statements and commits) and
     Python's, beside the floor's batch: the parts add up to the batch, and
-    the API commits every batch where load_events commits once."""
+    the API's commits (one a batch) are timed."""
     done = subprocess.run(
         [
             sys.executable,
@@ -70,5 +70,5 @@ def test_the_ingest_benchmark_splits_each_batch_into_database_and_python_time():
         # The event ids, the read and the insert at least, in every batch.
         assert ms["count"] >= 3, line
         assert "the floor's batch" in line and "the database alone is" in line, line
-    # The API commits each batch; load_events applies the file in one transaction.
+    # The API commits each batch.
     assert float(_SPLIT.search(lines["API"])["commits"]) > 0
